@@ -1,0 +1,51 @@
+# Two commands do everything on a fresh clone:
+#   make lab    create .venv, install, open JupyterLab on notebooks/
+#   make test   create/update .venv, run the test suite (notebooks included)
+#
+# torch is installed first so that a CPU-only machine does not pull a multi-GB CUDA build.
+# GPU users: `make lab TORCH_SPEC="torch"` (or any pip spec / index you need), or install your
+# own torch into .venv first; an already-installed torch that satisfies TORCH_SPEC is kept.
+
+PYTHON     ?= python3
+VENV       ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN        := $(VENV)/bin
+STAMP      := $(VENV)/.installed
+
+.PHONY: lab test install notebooks bench data checkpoints lint clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks/
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+notebooks: $(STAMP)
+	$(BIN)/python -m rlhf_lab.notebook_runner notebooks/*.ipynb
+
+bench: $(STAMP)
+	$(BIN)/python bench/generation.py
+	$(BIN)/python bench/rl_race.py
+
+data: $(STAMP)
+	$(BIN)/python -m rlhf_lab data
+
+checkpoints: $(STAMP)
+	$(BIN)/python -m rlhf_lab sft --preset all
+
+lint: $(STAMP)
+	$(BIN)/ruff check rlhf_lab tests bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,256 @@
+"""Moving weights between the lab's model and Hugging Face transformers.
+
+The lab's parameters carry HF's names, so conversion is a state-dict copy plus a config
+translation. A saved folder is an ordinary HF Llama checkpoint:
+
+    folder/config.json          LlamaConfig (plus an "rlhf_lab" entry with lab-only fields)
+    folder/model.safetensors    weights
+    folder/tokenizer.json       (optional) the character tokenizer, with tokenizer_config.json
+    folder/value_head.safetensors  (optional) PPO's critic head, which HF does not know about
+
+so `transformers.AutoModelForCausalLM.from_pretrained(folder)` loads it too. Writes are atomic: the
+folder is assembled under a temporary name and renamed into place, so an interrupted save never
+leaves a half-written checkpoint where a good one was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError as SafetensorsError
+from safetensors.torch import load_file, save_file
+
+from .config import ModelConfig
+from .transformer import LlamaModel
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder is missing, truncated, or does not match its config."""
+
+
+_LAB_ONLY_FIELDS = ("rope_interleaved", "value_head", "extra")
+
+
+def config_to_hf(config: ModelConfig):
+    """ModelConfig -> transformers.LlamaConfig (eager attention, so parity tests compare like with like)."""
+    from transformers import LlamaConfig
+
+    rope_parameters = {"rope_type": "default", **(config.rope_scaling or {}), "rope_theta": float(config.rope_theta)}
+    hf_config = LlamaConfig(
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads,
+        num_key_value_heads=config.num_key_value_heads,
+        head_dim=config.head_dim,
+        max_position_embeddings=config.max_position_embeddings,
+        rope_parameters=rope_parameters,
+        rms_norm_eps=config.rms_norm_eps,
+        tie_word_embeddings=config.tie_word_embeddings,
+        initializer_range=config.initializer_range,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        attention_bias=False,
+        mlp_bias=False,
+    )
+    hf_config._attn_implementation = "eager"
+    return hf_config
+
+
+def _rope_from_hf_dict(hf: dict) -> tuple[float, dict | None]:
+    """Read rope_theta and the scaling dict from either transformers 5 (`rope_parameters`) or 4.x
+    (`rope_theta` + `rope_scaling`) config dicts."""
+    params = dict(hf.get("rope_parameters") or {})
+    theta = params.pop("rope_theta", hf.get("rope_theta", 10000.0))
+    if not params and hf.get("rope_scaling"):
+        params = dict(hf["rope_scaling"])
+    params.pop("rope_theta", None)
+    if params.get("rope_type", params.get("type", "default")) == "default" and len(params) <= 1:
+        params = {}
+    return float(theta), (params or None)
+
+
+def config_from_hf(hf_config) -> ModelConfig:
+    """transformers.LlamaConfig (or its dict) -> ModelConfig. Raises ValueError for unsupported parts."""
+    hf = hf_config if isinstance(hf_config, dict) else hf_config.to_dict()
+    if hf.get("model_type", "llama") != "llama":
+        raise CheckpointError(f"model_type must be 'llama', got {hf.get('model_type')!r}")
+    if hf.get("attention_bias") or hf.get("mlp_bias"):
+        raise CheckpointError("attention_bias / mlp_bias checkpoints are not supported by the lab's model")
+    if hf.get("hidden_act", "silu") != "silu":
+        raise CheckpointError(f"hidden_act must be 'silu', got {hf.get('hidden_act')!r}")
+    theta, scaling = _rope_from_hf_dict(hf)
+    lab = dict(hf.get("rlhf_lab") or {})
+    eos = hf.get("eos_token_id", 2)
+    return ModelConfig(
+        vocab_size=hf["vocab_size"],
+        hidden_size=hf["hidden_size"],
+        intermediate_size=hf["intermediate_size"],
+        num_hidden_layers=hf["num_hidden_layers"],
+        num_attention_heads=hf["num_attention_heads"],
+        num_key_value_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
+        head_dim=hf.get("head_dim"),
+        max_position_embeddings=hf.get("max_position_embeddings", 2048),
+        rope_theta=theta,
+        rope_scaling=scaling,
+        rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
+        tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        initializer_range=hf.get("initializer_range", 0.02),
+        pad_token_id=hf.get("pad_token_id") if hf.get("pad_token_id") is not None else 0,
+        bos_token_id=hf.get("bos_token_id") if hf.get("bos_token_id") is not None else 1,
+        eos_token_id=eos[0] if isinstance(eos, list) else (eos if eos is not None else 2),
+        **{k: lab[k] for k in _LAB_ONLY_FIELDS if k in lab},
+    )
+
+
+def _lm_state_dict(model: LlamaModel) -> dict[str, torch.Tensor]:
+    """The language-model weights under HF names (no value head, no RoPE buffers)."""
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith(("value_head.", "rotary_emb."))}
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)  # HF re-ties it from embed_tokens
+    return state
+
+
+def _load_lm_state_dict(model: LlamaModel, state: dict[str, torch.Tensor], source: str) -> None:
+    state = {k: v for k, v in state.items() if not k.endswith("rotary_emb.inv_freq")}  # old HF buffers
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    expected = _lm_state_dict(model)
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{source}: weights do not match the config: missing {missing[:5]}"
+            f"{'...' if len(missing) > 5 else ''}, unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}"
+        )
+    for name, tensor in state.items():
+        if tuple(tensor.shape) != tuple(expected[name].shape):
+            raise CheckpointError(
+                f"{source}: tensor {name} has shape {tuple(tensor.shape)}, config expects {tuple(expected[name].shape)}"
+            )
+    model.load_state_dict(state, strict=False)
+
+
+def from_hf(hf_model) -> LlamaModel:
+    """A `transformers.LlamaForCausalLM` -> the lab's model with the same weights (float32)."""
+    config = config_from_hf(hf_model.config)
+    model = LlamaModel(config)
+    state = {k: v.detach().float().cpu() for k, v in hf_model.state_dict().items()}
+    _load_lm_state_dict(model, state, "hf_model")
+    return model.to(next(hf_model.parameters()).device).eval()
+
+
+def to_hf(model: LlamaModel):
+    """The lab's model -> `transformers.LlamaForCausalLM` with the same weights (eager attention).
+
+    Interleaved-RoPE models are converted to HF's half-split layout by permuting q/k rows.
+    """
+    from transformers import LlamaForCausalLM
+
+    from .rope import interleaved_to_half_split
+
+    config = model.config
+    hf_model = LlamaForCausalLM(config_to_hf(config))
+    state = {k: v.detach().float().cpu().clone() for k, v in _lm_state_dict(model).items()}
+    if config.rope_interleaved:
+        for name in list(state):
+            if name.endswith("q_proj.weight"):
+                state[name] = interleaved_to_half_split(state[name], config.num_attention_heads)
+            elif name.endswith("k_proj.weight"):
+                state[name] = interleaved_to_half_split(state[name], config.num_key_value_heads)
+    missing, unexpected = hf_model.load_state_dict(state, strict=False)
+    missing = [m for m in missing if not (config.tie_word_embeddings and m == "lm_head.weight")]
+    if missing or unexpected:
+        raise CheckpointError(f"to_hf: missing {missing}, unexpected {unexpected}")
+    if config.tie_word_embeddings:
+        hf_model.tie_weights()
+    return hf_model.to(model.device).eval()
+
+
+def _atomic_write_folder(folder: Path, write) -> None:
+    """Build the folder next to its destination, then swap it in with renames."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    try:
+        write(tmp)
+        for f in tmp.iterdir():  # flush file contents before the rename makes them visible
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        if folder.exists():
+            old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
+            os.replace(folder, old)
+            os.replace(tmp, folder)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def save_pretrained(model: LlamaModel, folder: str | os.PathLike, tokenizer=None, metadata: dict | None = None) -> Path:
+    """Save as a Hugging Face Llama folder (atomically). `metadata` lands in config.json["rlhf_lab"]."""
+    config = model.config
+    hf_dict = config_to_hf(config).to_dict()
+    hf_dict["architectures"] = ["LlamaForCausalLM"]
+    hf_dict["dtype"] = "float32"
+    hf_dict["rlhf_lab"] = {**{k: getattr(config, k) for k in _LAB_ONLY_FIELDS}, **(metadata or {})}
+    state = {k: v.detach().float().cpu().contiguous() for k, v in _lm_state_dict(model).items()}
+    value_state = (
+        {k: v.detach().float().cpu().contiguous() for k, v in model.value_head.state_dict().items()}
+        if model.value_head is not None
+        else None
+    )
+
+    def write(tmp: Path) -> None:
+        (tmp / "config.json").write_text(json.dumps(hf_dict, indent=2, sort_keys=True) + "\n")
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        if value_state is not None:
+            save_file(value_state, str(tmp / "value_head.safetensors"), metadata={"format": "pt"})
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+
+    _atomic_write_folder(Path(folder), write)
+    return Path(folder)
+
+
+def read_config(folder: str | os.PathLike) -> dict:
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"{folder} is not a checkpoint folder: config.json not found")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path} is not valid JSON ({exc})") from exc
+
+
+def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu") -> LlamaModel:
+    """Load a Hugging Face Llama folder (ours or any compatible one) into the lab's model."""
+    folder = Path(folder)
+    config = config_from_hf(read_config(folder))
+    weights = folder / "model.safetensors"
+    if not weights.is_file():
+        raise CheckpointError(f"{folder}: model.safetensors not found")
+    try:
+        state = load_file(str(weights))
+    except (SafetensorsError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{weights} is corrupt or truncated ({exc})") from exc
+    config.value_head = False
+    model = LlamaModel(config)
+    _load_lm_state_dict(model, state, str(weights))
+    value_file = folder / "value_head.safetensors"
+    if value_file.is_file():
+        model.add_value_head()
+        try:
+            model.value_head.load_state_dict(load_file(str(value_file)))
+        except (SafetensorsError, OSError, RuntimeError) as exc:
+            raise CheckpointError(f"{value_file} is corrupt or does not match ({exc})") from exc
+    return model.to(device).eval()

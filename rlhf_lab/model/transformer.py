@@ -1,0 +1,231 @@
+"""A Llama-style decoder, written to be read top to bottom.
+
+    tokens -> embed -> [ RMSNorm -> attention (RoPE, GQA) -> +residual
+                         RMSNorm -> SwiGLU MLP            -> +residual ] x L -> RMSNorm -> lm_head
+
+Parameter names are Hugging Face's (`model.layers.0.self_attn.q_proj.weight`, ...), so a state
+dict moves between this model and `transformers.LlamaForCausalLM` unchanged (see `hf.py`), and
+the parity tests can demand equal logits to 1e-5.
+
+Shapes: B batch, T new tokens in this call, S = past + T keys, H query heads, K key/value heads,
+D head_dim, C hidden size, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+from .kv_cache import KVCache
+from .rope import RotaryEmbedding, apply_rope
+
+
+class RMSNorm(nn.Module):
+    """y = x / sqrt(mean(x^2) + eps) * weight, computed in float32 whatever the input dtype."""
+
+    def __init__(self, hidden_size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class Attention(nn.Module):
+    """Multi-head attention with grouped-query heads: query head h reads key/value head h // (H / K)."""
+
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.interleaved = config.rope_interleaved
+        C, H, K, D = config.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim
+        self.q_proj = nn.Linear(C, H * D, bias=False)
+        self.k_proj = nn.Linear(C, K * D, bias=False)
+        self.v_proj = nn.Linear(C, K * D, bias=False)
+        self.o_proj = nn.Linear(H * D, C, bias=False)
+
+    def forward(
+        self,
+        x: torch.Tensor,  # (B, T, C)
+        cos: torch.Tensor,  # (B, T, D/2) float32
+        sin: torch.Tensor,  # (B, T, D/2) float32
+        mask: torch.Tensor | None,  # (B, 1, T, S) bool, True = may attend; None = plain causal
+        cache: KVCache | None,
+    ) -> torch.Tensor:
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, K, T, D)
+        v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, K, T, D)
+        q = apply_rope(q, cos, sin, interleaved=self.interleaved)
+        k = apply_rope(k, cos, sin, interleaved=self.interleaved)
+        if cache is not None:
+            # The cache stores keys AFTER RoPE and BEFORE the GQA repeat, as transformers does.
+            k, v = cache.update(self.layer_idx, k, v)  # (B, K, S, D)
+        groups = self.num_heads // self.num_kv_heads
+        if groups > 1:  # (B, K, S, D) -> (B, H, S, D): each kv head serves `groups` query heads
+            k = k.repeat_interleave(groups, dim=1)
+            v = v.repeat_interleave(groups, dim=1)
+        # softmax(q k^T / sqrt(D) + mask) v
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and T > 1)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    """SwiGLU: down( silu(gate(x)) * up(x) )."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config, layer_idx)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x, cos, sin, mask, cache):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    """Embedding + decoder layers + final norm (HF's `LlamaModel`, kept under the name `model`)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+@dataclass
+class ModelOutput:
+    logits: torch.Tensor  # (B, T', V) float32; T' = T, or num_logits_to_keep
+    cache: KVCache | None = None
+    values: torch.Tensor | None = None  # (B, T) float32 when the model has a value head
+    hidden_states: torch.Tensor | None = None  # (B, T, C) final-norm output
+
+
+def build_attention_mask(
+    attention_mask: torch.Tensor | None, num_new: int, past_len: int, device: torch.device
+) -> torch.Tensor | None:
+    """Boolean mask (B, 1, T, S), True where query t may attend key s.
+
+    Key s is visible to new token t when it is not in the future (s <= past_len + t) and is not
+    padding (attention_mask[:, s] == 1). A padding query (left padding) would see no key at all and
+    its softmax would be 0/0, so every query may always see itself; its output is never used.
+    Returns None when the plain causal mask is enough (no padding anywhere).
+    """
+    if attention_mask is None or bool(attention_mask.all()):
+        if num_new == 1 or past_len == 0:
+            return None  # one new token sees everything; or SDPA's is_causal handles it
+        attention_mask = None
+    total = past_len + num_new
+    key_pos = torch.arange(total, device=device)
+    query_pos = torch.arange(past_len, total, device=device)
+    allowed = key_pos[None, :] <= query_pos[:, None]  # (T, S) causal
+    if attention_mask is not None:
+        if attention_mask.shape[-1] != total:
+            raise ValueError(
+                f"attention_mask covers {attention_mask.shape[-1]} positions but past + new = {total}"
+            )
+        allowed = allowed[None] & attention_mask[:, None, :].bool()  # (B, T, S)
+        allowed = allowed | (key_pos[None, None, :] == query_pos[None, :, None])
+    else:
+        allowed = allowed[None]
+    return allowed[:, None]  # (B, 1, T, S)
+
+
+class LlamaModel(nn.Module):
+    """The lab's causal language model (optionally with a scalar value head for PPO).
+
+    forward(input_ids (B, T), attention_mask (B, S) | None, position_ids (B, T) | None, cache)
+        -> ModelOutput(logits (B, T, V) float32, cache, values (B, T) | None)
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = Backbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.rotary_emb = RotaryEmbedding(
+            config.head_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings
+        )
+        self.value_head = nn.Linear(config.hidden_size, 1) if config.value_head else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        std = self.config.initializer_range
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+            elif isinstance(module, RMSNorm):
+                nn.init.ones_(module.weight)
+        if self.value_head is not None:  # zero-initialised critic, as in OpenAI's lm-human-preferences
+            nn.init.zeros_(self.value_head.weight)
+            nn.init.zeros_(self.value_head.bias)
+
+    def add_value_head(self) -> None:
+        """Attach a fresh zero-initialised value head (PPO's critic shares the policy's trunk)."""
+        if self.value_head is None:
+            param = next(self.parameters())
+            self.value_head = nn.Linear(self.config.hidden_size, 1).to(param.device, param.dtype)
+            nn.init.zeros_(self.value_head.weight)
+            nn.init.zeros_(self.value_head.bias)
+            self.config.value_head = True
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        num_logits_to_keep: int = 0,
+    ) -> ModelOutput:
+        B, T = input_ids.shape
+        past_len = cache.get_seq_length() if cache is not None else 0
+        if position_ids is None:
+            if attention_mask is not None:
+                # Left padding: real tokens are numbered 0, 1, 2... from the first non-pad token.
+                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past_len:]
+            else:
+                position_ids = torch.arange(past_len, past_len + T, device=input_ids.device).expand(B, T)
+        cos, sin = self.rotary_emb(position_ids)  # float32 (B, T, D/2)
+        mask = build_attention_mask(attention_mask, T, past_len, input_ids.device)
+        x = self.model.embed_tokens(input_ids)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin, mask, cache)
+        h = self.model.norm(x)
+        kept = h[:, -num_logits_to_keep:] if num_logits_to_keep else h
+        logits = self.lm_head(kept).float()
+        values = self.value_head(h).squeeze(-1).float() if self.value_head is not None else None
+        return ModelOutput(logits=logits, cache=cache, values=values, hidden_states=h)

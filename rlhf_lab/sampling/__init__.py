@@ -1,0 +1,41 @@
+"""Sampling: logits processors (repetition penalty, no-repeat-ngram, temperature, top-k, top-p, min-p)
+and, in generate.py, batched generation with the KV cache."""
+
+from rlhf_lab.sampling.config import SamplingConfig
+from rlhf_lab.sampling.generate import CACHE_KINDS, GenerationOutput, complete, generate, left_pad, make_cache
+from rlhf_lab.sampling.processors import (
+    FILTER_VALUE,
+    apply_min_p,
+    apply_no_repeat_ngram,
+    apply_repetition_penalty,
+    apply_temperature,
+    apply_top_k,
+    apply_top_p,
+    build_stages,
+    explain_filters,
+    make_generator,
+    process_logits,
+    sample_next_token,
+)
+
+__all__ = [
+    "CACHE_KINDS",
+    "GenerationOutput",
+    "complete",
+    "generate",
+    "left_pad",
+    "make_cache",
+    "FILTER_VALUE",
+    "SamplingConfig",
+    "apply_min_p",
+    "apply_no_repeat_ngram",
+    "apply_repetition_penalty",
+    "apply_temperature",
+    "apply_top_k",
+    "apply_top_p",
+    "build_stages",
+    "explain_filters",
+    "make_generator",
+    "process_logits",
+    "sample_next_token",
+]

@@ -1,0 +1,206 @@
+"""Batched generation: left-pad the prompts, prefill once, then one token per step through a KV cache.
+
+    prompts --left pad--> (B, P) --prefill--> cache + last logits
+            --expand(G)--> (B*G) rows, the G samples of a prompt sharing its prefill
+            loop: processors -> sample -> write token -> stop rows that emitted EOS -> forward(1 token)
+
+What the RL code needs comes back in `GenerationOutput`: the completion ids and mask (1 up to and
+including EOS), whether each row finished or was truncated, and the log-prob of every sampled token
+under the distribution it was drawn from (after temperature and filters): the rollout's `old_logprobs`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from ..device import autocast
+from ..model.kv_cache import DynamicCache, StaticCache
+from .config import SamplingConfig
+from .processors import make_generator, process_logits, sample_next_token
+
+CACHE_KINDS = ("static", "dynamic", "paged", "int8", "none")
+
+
+def make_cache(kind: str, config, batch_size: int, max_len: int, device=None, dtype=torch.float32, **kwargs):
+    """A fresh KV cache of one of CACHE_KINDS ('none' -> None: recompute the whole prefix every step)."""
+    if kind == "static":
+        return StaticCache(config, batch_size, max_len, device=device, dtype=dtype)
+    if kind == "dynamic":
+        return DynamicCache()
+    if kind == "paged":
+        from ..model.paged_cache import PagedKVCache
+
+        return PagedKVCache(config, batch_size, max_len, device=device, dtype=dtype, **kwargs)
+    if kind == "int8":
+        from ..model.quantized_cache import QuantizedKVCache
+
+        return QuantizedKVCache(config, batch_size, device=device, dtype=dtype, **kwargs)
+    if kind == "none":
+        return None
+    raise ValueError(f"cache must be one of {CACHE_KINDS}, got {kind!r}")
+
+
+def left_pad(sequences: Sequence[Sequence[int]], pad_token_id: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token lists -> (ids (B, P), attention_mask (B, P)), padded on the LEFT so that every row's last
+    prompt token sits in the same column and the next token is written at the same position for all."""
+    if len(sequences) == 0:
+        raise ValueError("prompts must contain at least one prompt")
+    width = max(len(s) for s in sequences)
+    if width == 0:
+        raise ValueError("every prompt is empty: give at least one token (e.g. BOS)")
+    ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        if len(seq) == 0:
+            raise ValueError(f"prompt {row} is empty: give at least one token (e.g. BOS)")
+        ids[row, width - len(seq):] = torch.as_tensor(list(seq), dtype=torch.long)
+        mask[row, width - len(seq):] = 1
+    return ids.to(device), mask.to(device)
+
+
+@dataclass
+class GenerationOutput:
+    """Shapes: N = number of prompts * num_return_sequences, P prompt width, T generated steps."""
+
+    prompt_ids: torch.Tensor  # (N, P) left-padded
+    prompt_mask: torch.Tensor  # (N, P) 1 = real prompt token
+    completion_ids: torch.Tensor  # (N, T) pad after EOS
+    completion_mask: torch.Tensor  # (N, T) 1 for generated tokens up to and including EOS
+    finished: torch.Tensor  # (N,) bool: the row emitted EOS
+    truncated: torch.Tensor  # (N,) bool: the row hit max_new_tokens without EOS
+    logprobs: torch.Tensor | None  # (N, T) float32 log-prob of each sampled token, 0 where masked
+    num_return_sequences: int = 1
+    cache: object = None
+    timings: dict = field(default_factory=dict)  # prefill_s, decode_s, steps
+
+    @property
+    def sequences(self) -> torch.Tensor:
+        """(N, P + T) prompt and completion side by side."""
+        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
+
+    @property
+    def completion_lengths(self) -> torch.Tensor:
+        return self.completion_mask.sum(1)
+
+    def texts(self, tokenizer) -> list[str]:
+        """Decoded completions, EOS and padding removed."""
+        return [tokenizer.decode_until_eos(row)[0] for row in self.completion_ids.tolist()]
+
+
+def _encode_prompts(prompts, tokenizer, attention_mask, pad_token_id, device):
+    if isinstance(prompts, torch.Tensor):
+        if prompts.dim() != 2:
+            raise ValueError(f"prompt tensor must be (batch, seq), got shape {tuple(prompts.shape)}")
+        mask = attention_mask if attention_mask is not None else torch.ones_like(prompts)
+        return prompts.to(device), mask.to(device)
+    if isinstance(prompts, str):
+        prompts = [prompts]
+    if len(prompts) and isinstance(prompts[0], str):
+        if tokenizer is None:
+            raise ValueError("text prompts need a tokenizer: generate(model, texts, config, tokenizer=...)")
+        prompts = [tokenizer.encode(text, add_bos=True) for text in prompts]
+    return left_pad(prompts, pad_token_id, device)
+
+
+@torch.no_grad()
+def generate(
+    model,
+    prompts,
+    config: SamplingConfig | None = None,
+    *,
+    tokenizer=None,
+    num_return_sequences: int = 1,
+    cache: str = "static",
+    attention_mask: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    **cache_kwargs,
+) -> GenerationOutput:
+    """Generate completions for a batch of prompts.
+
+    Args:
+        model: a `rlhf_lab.model.LlamaModel` (any module with the same forward signature).
+        prompts: list of strings (encoded with `tokenizer`, BOS prepended), list of token-id lists, or a
+            (B, P) LongTensor with `attention_mask`.
+        config: decoding settings; default greedy with 16 new tokens.
+        num_return_sequences: G samples per prompt; rows b*G .. b*G+G-1 belong to prompt b.
+        cache: one of CACHE_KINDS. 'none' recomputes the whole prefix each step (the slow baseline).
+        generator: RNG for sampling; default: seeded from config.seed (None -> global RNG).
+    """
+    config = config or SamplingConfig(do_sample=False)
+    if num_return_sequences < 1:
+        raise ValueError(f"num_return_sequences must be >= 1, got {num_return_sequences}")
+    mc = model.config
+    device = model.device
+    pad_id, eos_id = mc.pad_token_id, mc.eos_token_id
+    prompt_ids, prompt_mask = _encode_prompts(prompts, tokenizer, attention_mask, pad_id, device)
+    B, P = prompt_ids.shape
+    G, T_max = num_return_sequences, config.max_new_tokens
+    if generator is None:
+        generator = make_generator(config, device)
+    dtype = next(model.parameters()).dtype
+
+    t0 = time.perf_counter()
+    kv = make_cache(cache, mc, B, P + T_max, device=device, dtype=dtype, **cache_kwargs)
+    with autocast(device):
+        logits = model(prompt_ids, attention_mask=prompt_mask, cache=kv, num_logits_to_keep=1).logits[:, -1]
+    if G > 1:  # prefill each prompt once; its G samples share the result
+        logits = logits.repeat_interleave(G, dim=0)
+        prompt_ids = prompt_ids.repeat_interleave(G, dim=0)
+        prompt_mask = prompt_mask.repeat_interleave(G, dim=0)
+        if kv is not None:
+            kv = kv.expand(G)
+    t1 = time.perf_counter()
+
+    N = B * G
+    ids = torch.cat([prompt_ids, torch.full((N, T_max), pad_id, dtype=torch.long, device=device)], dim=1)
+    mask = torch.cat([prompt_mask, torch.ones((N, T_max), dtype=prompt_mask.dtype, device=device)], dim=1)
+    completion_mask = torch.zeros((N, T_max), dtype=torch.long, device=device)
+    logprobs = torch.zeros((N, T_max), dtype=torch.float32, device=device) if config.return_logprobs else None
+    done = torch.zeros(N, dtype=torch.bool, device=device)
+    steps = 0
+    for t in range(T_max):
+        width = P + t
+        scores = process_logits(logits, ids[:, :width], config, mask[:, :width])
+        tokens, token_logprobs = sample_next_token(scores, config, generator)
+        tokens = tokens.masked_fill(done, pad_id)  # finished rows keep emitting padding
+        ids[:, width] = tokens
+        completion_mask[:, t] = (~done).long()
+        if logprobs is not None:
+            logprobs[:, t] = token_logprobs.masked_fill(done, 0.0)
+        done |= tokens == eos_id
+        steps = t + 1
+        if bool(done.all()) or t == T_max - 1:
+            break
+        with autocast(device):
+            if kv is None:  # no cache: feed the whole sequence again
+                out = model(ids[:, : width + 1], attention_mask=mask[:, : width + 1], num_logits_to_keep=1)
+            else:
+                out = model(tokens[:, None], attention_mask=mask[:, : width + 1], cache=kv)
+        logits = out.logits[:, -1]
+    t2 = time.perf_counter()
+
+    return GenerationOutput(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        completion_ids=ids[:, P : P + steps],
+        completion_mask=completion_mask[:, :steps],
+        finished=done,
+        truncated=~done,
+        logprobs=logprobs[:, :steps] if logprobs is not None else None,
+        num_return_sequences=G,
+        cache=kv,
+        timings={"prefill_s": t1 - t0, "decode_s": t2 - t1, "steps": steps},
+    )
+
+
+def complete(model, tokenizer, prompts: list[str], config: SamplingConfig | None = None, **kwargs) -> list[str]:
+    """Convenience: text prompts in, decoded completions (EOS removed) out."""
+    return generate(model, prompts, config, tokenizer=tokenizer, **kwargs).texts(tokenizer)
