@@ -1,0 +1,115 @@
+"""`RLConfig`: what every algorithm shares. Each algorithm module adds its own fields.
+
+Field names follow TRL's GRPOConfig / PPOConfig where they exist (num_generations, num_iterations,
+beta, epsilon, epsilon_high, temperature, max_completion_length, learning_rate, max_grad_norm...).
+Every field is validated at construction; errors name the field and the allowed values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def check_number(name: str, value: Any, low: float | None = None, high: float | None = None,
+                 low_open: bool = False, high_open: bool = False, integer: bool = False) -> None:
+    """Raise ValueError naming `name` unless low (<|<=) value (<|<=) high."""
+    kind = "an integer" if integer else "a number"
+    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok_type or (not integer and not math.isfinite(value)):
+        raise ValueError(f"{name} must be {kind}, got {value!r}")
+    lo = "" if low is None else (f"{low} < " if low_open else f"{low} <= ")
+    hi = "" if high is None else (f" < {high}" if high_open else f" <= {high}")
+    bad = (low is not None and (value <= low if low_open else value < low)) or (
+        high is not None and (value >= high if high_open else value > high))
+    if bad:
+        raise ValueError(f"{name} must satisfy {lo}{name}{hi}, got {value!r}")
+
+
+def check_choice(name: str, value: Any, choices: tuple) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+@dataclass
+class RLConfig:
+    """Shared settings: the rollout, the optimiser, the schedule and the bookkeeping."""
+
+    algo: str = "base"
+    # --- where we start and what we train on
+    init_checkpoint: str = "addition_rl_start"  # a shipped checkpoint name or a folder
+    task: str = "addition"
+    task_params: dict = field(default_factory=lambda: {"digits": 3})
+    n_train: int = 20000  # same split as SFT, so the held-out test set is the checkpoint's
+    n_test: int = 500
+    # --- rollout
+    prompts_per_step: int = 32  # distinct prompts per rollout
+    num_generations: int = 8  # G completions per prompt
+    temperature: float = 1.0
+    max_completion_length: int | None = None  # None: the task's longest answer + EOS + 2
+    # --- optimisation
+    learning_rate: float = 2e-4
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    num_iterations: int = 1  # passes over each rollout (PPO's "epochs"; TRL's num_iterations)
+    num_minibatches: int = 1  # minibatches per pass; > 1 makes later minibatches off-policy
+    beta: float = 0.0  # KL coefficient (k3 in the loss for GRPO-style methods)
+    epsilon: float = 0.2  # clip range (lower)
+    epsilon_high: float | None = None  # clip range (upper); None -> epsilon
+    # --- schedule and bookkeeping
+    steps: int = 200
+    time_budget: float | None = None  # seconds of training wall time (evaluation excluded)
+    eval_every: int = 10
+    eval_examples: int = 200
+    seed: int = 0
+    device: str = "cpu"
+    keep_distributions: bool = True  # per-step advantages / ratios for the live plots
+
+    def __post_init__(self) -> None:
+        from ..tasks import TASKS
+
+        check_choice("task", self.task, tuple(sorted(TASKS)))
+        for name in ("n_train", "n_test", "prompts_per_step", "num_generations", "num_iterations",
+                     "num_minibatches", "eval_examples"):
+            check_number(name, getattr(self, name), low=1, integer=True)
+        for name in ("warmup_steps", "steps", "eval_every", "seed"):
+            check_number(name, getattr(self, name), low=0, integer=True)
+        check_number("temperature", self.temperature, low=0, low_open=True)
+        if self.max_completion_length is not None:
+            check_number("max_completion_length", self.max_completion_length, low=1, integer=True)
+        check_number("learning_rate", self.learning_rate, low=0, low_open=True)
+        check_number("weight_decay", self.weight_decay, low=0)
+        check_number("max_grad_norm", self.max_grad_norm, low=0, low_open=True)
+        check_number("beta", self.beta, low=0)
+        check_number("epsilon", self.epsilon, low=0, high=1, high_open=True)
+        if self.epsilon_high is not None:
+            check_number("epsilon_high", self.epsilon_high, low=0)
+        if self.time_budget is not None:
+            check_number("time_budget", self.time_budget, low=0, low_open=True)
+        batch = self.prompts_per_step * self.num_generations
+        if batch % self.num_minibatches:
+            raise ValueError(
+                f"num_minibatches ({self.num_minibatches}) must divide prompts_per_step * num_generations ({batch})"
+            )
+
+    @property
+    def eps_low(self) -> float:
+        return self.epsilon
+
+    @property
+    def eps_high(self) -> float:
+        return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+    @property
+    def on_policy(self) -> bool:
+        """One pass, one minibatch: the policy that sampled is the one being updated (ratio == 1)."""
+        return self.num_iterations == 1 and self.num_minibatches == 1
+
+    def replace(self, **changes) -> RLConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)

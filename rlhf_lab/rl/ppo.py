@@ -1,0 +1,112 @@
+"""PPO for RLHF (Schulman et al. 2017; Ziegler et al. 2019; Ouyang et al. 2022), as in OpenAI's
+lm-human-preferences and TRL's PPO trainer.
+
+    r_t   = -kl_coef * (log pi_old(a_t) - log pi_ref(a_t))   (+ score on the last completion token)
+    delta = r_t + gamma * V(s_{t+1}) - V(s_t)
+    A_t   = delta_t + gamma * lambda * A_{t+1}            (GAE), then whitened over the batch
+    loss  = mean_t max(-A_t r_t, -A_t clip(r_t, 1 - eps, 1 + eps))            policy
+          + vf_coef * 0.5 * mean_t max((V - R)^2, (clip(V, V_old +- c) - R)^2)  critic
+
+Unlike GRPO: a learned critic supplies a per-token baseline, and the KL to the reference enters
+the REWARD (per token, k1) rather than the loss. The KL coefficient may adapt to a target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .advantages import gae, ppo_token_rewards, whiten
+from .algorithm import Algorithm, LossInfo
+from .config import RLConfig, check_choice, check_number
+from .kl import KL_ESTIMATORS, AdaptiveKLController, FixedKLController
+from .losses import clipped_surrogate, clipped_value_loss, masked_mean, sequence_log_ratio, token_log_ratio
+
+
+@dataclass
+class PPOConfig(RLConfig):
+    algo: str = "ppo"
+    num_iterations: int = 4  # PPO epochs over each rollout (OpenAI: 4)
+    num_minibatches: int = 4
+    gamma: float = 1.0
+    lam: float = 0.95
+    kl_coef: float = 0.05  # TRL's default; OpenAI used 0.2 or adaptive
+    kl_estimator: str = "k1"
+    adaptive_kl: bool = False
+    target_kl: float = 6.0  # adaptive controller: target KL per sequence (nats)
+    kl_horizon: int = 10000
+    whiten_advantages: bool = True
+    whiten_rewards: bool = False
+    vf_coef: float = 0.1
+    cliprange_value: float = 0.2
+    missing_eos_penalty: float | None = None  # subtracted from the score of completions without EOS
+    critic: str = "head"  # head: value head on the policy trunk | separate: its own model (TRL)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_number("gamma", self.gamma, low=0, high=1)
+        check_number("lam", self.lam, low=0, high=1)
+        check_number("kl_coef", self.kl_coef, low=0)
+        check_choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
+        check_number("target_kl", self.target_kl, low=0, low_open=True)
+        check_number("kl_horizon", self.kl_horizon, low=1, integer=True)
+        check_number("vf_coef", self.vf_coef, low=0)
+        check_number("cliprange_value", self.cliprange_value, low=0, low_open=True)
+        if self.missing_eos_penalty is not None:
+            check_number("missing_eos_penalty", self.missing_eos_penalty, low=0)
+        check_choice("critic", self.critic, ("head", "separate"))
+
+
+class PPO(Algorithm):
+    name = "ppo"
+    config_class = PPOConfig
+    uses_critic = True
+
+    def __init__(self, config: PPOConfig) -> None:
+        super().__init__(config)
+        self.kl_controller = (
+            AdaptiveKLController(config.kl_coef, config.target_kl, config.kl_horizon)
+            if config.adaptive_kl else FixedKLController(config.kl_coef)
+        )
+        self.last_sequence_kl = 0.0
+
+    def compute_advantages(self, rollout):
+        c, mask = self.config, rollout.completion_mask
+        score = rollout.rewards.clone()
+        if c.missing_eos_penalty is not None:
+            score = score - c.missing_eos_penalty * (~rollout.finished).float()
+        token_rewards, kl = ppo_token_rewards(
+            score, rollout.old_logprobs, rollout.ref_logprobs, mask, self.kl_controller.value, c.kl_estimator
+        )
+        if c.whiten_rewards:
+            token_rewards = whiten(token_rewards, mask, shift_mean=False)
+        advantages, returns = gae(token_rewards, rollout.old_values, mask, c.gamma, c.lam)
+        if c.whiten_advantages:
+            advantages = whiten(advantages, mask)
+        rollout.token_rewards, rollout.advantages, rollout.returns = token_rewards, advantages, returns
+        self.last_sequence_kl = float(kl.sum(1).mean())  # KL per sequence drives the adaptive controller
+
+    def loss(self, minibatch, policy):
+        c, mask = self.config, minibatch.completion_mask
+        ratio = torch.exp(token_log_ratio(policy.logprobs, minibatch.old_logprobs))
+        per_token, clipped_low, clipped_high = clipped_surrogate(ratio, minibatch.advantages, c.eps_low, c.eps_high)
+        policy_loss = masked_mean(per_token, mask)
+        value_loss, value_clip_fraction = clipped_value_loss(
+            policy.values, minibatch.old_values, minibatch.returns, mask, c.cliprange_value
+        )
+        loss = policy_loss + c.vf_coef * value_loss
+        info = LossInfo(
+            policy_loss=policy_loss.item(),
+            ratio=ratio.detach(),
+            clipped_low=clipped_low,
+            clipped_high=clipped_high,
+            sequence_ratio=torch.exp(sequence_log_ratio(policy.logprobs.detach(), minibatch.old_logprobs, mask)),
+            value_loss=value_loss.item(),
+            value_clip_fraction=float(value_clip_fraction),
+        )
+        return loss, info
+
+    def after_step(self, metrics):
+        self.kl_controller.update(self.last_sequence_kl, self.config.prompts_per_step * self.config.num_generations)
+        metrics["kl_coef"] = self.kl_controller.value
