@@ -9,6 +9,9 @@
 PYTHON     ?= python3
 VENV       ?= .venv
 TORCH_SPEC ?= torch==2.13.0
+LAB_ARGS   ?=
+# JupyterLab refuses to start as root (containers, CI) unless told it is deliberate.
+ROOT_FLAG  := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 BIN        := $(VENV)/bin
 STAMP      := $(VENV)/.installed
 
@@ -26,7 +29,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP)
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab notebooks/ $(ROOT_FLAG) $(LAB_ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

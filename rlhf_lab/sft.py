@@ -54,7 +54,8 @@ class SFTConfig:
     eval_every: int = 200
     eval_examples: int = 500
     stop_at_accuracy: float | None = None  # stop at the first evaluation reaching this accuracy
-    seed: int = 0
+    seed: int = 0  # initialisation and batch order
+    data_seed: int = 0  # the train/test split; fixed at 0 so every run (SFT or RL) holds out the same test set
     device: str = "cpu"
 
     def __post_init__(self) -> None:
@@ -64,7 +65,7 @@ class SFTConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        for name in ("steps", "warmup_steps", "eval_every", "seed"):
+        for name in ("steps", "warmup_steps", "eval_every", "seed", "data_seed"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
@@ -129,7 +130,7 @@ def train_sft(
     device = pick_device(config.device)
     torch.manual_seed(config.seed)
     task = get_task(config.task, **config.task_params)
-    train, test = task.make_split(config.seed, config.n_train, config.n_test)
+    train, test = task.make_split(config.data_seed, config.n_train, config.n_test)
     eval_set = test[: config.eval_examples]
     if model is None:
         model = LlamaModel(lab_model_config(tokenizer))

@@ -29,7 +29,7 @@ SMALL = {"n_train": 60, "n_test": 20, "n_ood": 10}  # keeps the file tests fast
 def check_addition(example: Example, answer_format: str) -> None:
     """Recompute an addition example from scratch, without the package's helpers."""
     a_text, b_text = re.fullmatch(r"(\d+)\+(\d+)=", example.prompt).groups()
-    assert a_text == str(int(a_text)) and b_text == str(int(b_text)), "operands have no leading zeros"
+    assert len(a_text) == len(b_text), "operands are zero-padded to the same width"
     total = int(a_text) + int(b_text)
     assert example.answer == str(total)[::-1], f"{example.prompt} should give the reversed sum of {total}"
     if answer_format == "plain":
@@ -56,7 +56,9 @@ def check_addition(example: Example, answer_format: str) -> None:
         assert int(rhs) == sum(terms)
         digits += str(int(rhs) % 10)
         carry = int(rhs) // 10
-    assert digits + ("1" if carry else "") == example.answer
+    written = digits + ("1" if carry else "")
+    # padded columns can add trailing zeros (012+030 -> digits '240'); the answer is the sum's digits: '24'
+    assert (written.rstrip("0") or "0") == example.answer
 
 
 def check_sort(example: Example) -> None:
@@ -113,7 +115,9 @@ def test_operands_vary_in_length_and_ood_is_strictly_longer():
     task = AdditionTask(digits=3)
     train, _ = task.make_split(seed=0, n_train=2000, n_test=0)
     lengths = Counter(len(e.prompt.split("+")[0]) for e in train)
-    assert set(lengths) == {1, 2, 3} and 0.85 < lengths[3] / 2000 < 0.95  # uniform in [0, 1000): ~90%
+    assert set(lengths) == {3}  # zero-padded to the task's width
+    values = [int(e.prompt.split("+")[0]) for e in train]
+    assert 0.05 < sum(v < 100 for v in values) / 2000 < 0.15  # uniform in [0, 1000): ~10% below 100
     for example in task.make_ood_test(seed=0, n_test=200):
         a, b = example.prompt[:-1].split("+")
         assert len(a) == len(b) == 4
@@ -133,10 +137,11 @@ def test_addition_formats_share_problems_and_differ_only_in_completion():
         assert [e.answer for e in test] == [e.answer for e in plain_test]
     cot = get_task("addition_cot").make_example(47, 85)
     first = get_task("addition_answer_first").make_example(47, 85)
-    assert cot == Example("47+85=", "231", "7+5=12;4+8+1=13;>231")
-    assert first == Example("47+85=", "231", "231<7+5=12;4+8+1=13;")
+    assert cot == Example("047+085=", "231", "7+5=12;4+8+1=13;0+0+1=1;>231")
+    assert first == Example("047+085=", "231", "231<7+5=12;4+8+1=13;0+0+1=1;")
     assert sorted(cot.completion.replace(">", "<")) == sorted(first.completion), "same information"
-    assert get_task("addition").make_example(47, 85) == Example("47+85=", "231", "231")
+    assert get_task("addition").make_example(47, 85) == Example("047+085=", "231", "231")
+    assert get_task("addition", digits=2).make_example(47, 85) == Example("47+85=", "231", "231")
     assert get_task("sort").make_example("31940") == Example("sort:31940=", "01349", "01349")
 
 

@@ -42,6 +42,7 @@ class RLConfig:
     init_checkpoint: str = "addition_rl_start"  # a shipped checkpoint name or a folder
     task: str = "addition"
     task_params: dict = field(default_factory=lambda: {"digits": 3})
+    reward_weights: dict | None = None  # e.g. {"correct": 1.0, "partial": 0.5}; None: the task's default
     n_train: int = 20000  # same split as SFT, so the held-out test set is the checkpoint's
     n_test: int = 500
     # --- rollout

@@ -99,6 +99,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay,
                                            betas=(0.9, 0.99))
         self.task = get_task(config.task, **config.task_params)
+        self.reward_fn = self.task.reward_fn(config.reward_weights)  # validates the weights' names
         self.train_examples, test = self.task.make_split(0, config.n_train, config.n_test)  # data seed fixed
         self.eval_examples = test[: config.eval_examples]
         self.max_completion_length = config.max_completion_length or completion_budget(self.train_examples)
@@ -287,7 +288,7 @@ class Trainer:
         for row, ids in enumerate(out.completion_ids.tolist()):
             example = examples[row // num_generations]
             text, finished = self.tokenizer.decode_until_eos(ids)
-            rewards.append(self.task.reward(example.prompt, text, example.answer, finished))
+            rewards.append(self.reward_fn(example.prompt, text, example.answer, finished))
             correct.append(self.task.score(example.prompt, text, example.answer, finished))
         mask = out.completion_mask.float()
         return Rollout(

@@ -121,6 +121,7 @@ def generate(
     cache: str = "static",
     attention_mask: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
+    stop_at_eos: bool = True,
     **cache_kwargs,
 ) -> GenerationOutput:
     """Generate completions for a batch of prompts.
@@ -133,6 +134,7 @@ def generate(
         num_return_sequences: G samples per prompt; rows b*G .. b*G+G-1 belong to prompt b.
         cache: one of CACHE_KINDS. 'none' recomputes the whole prefix each step (the slow baseline).
         generator: RNG for sampling; default: seeded from config.seed (None -> global RNG).
+        stop_at_eos: False keeps generating after EOS (benchmarks that need a fixed token count).
     """
     config = config or SamplingConfig(do_sample=False)
     if num_return_sequences < 1:
@@ -148,6 +150,8 @@ def generate(
     dtype = next(model.parameters()).dtype
 
     t0 = time.perf_counter()
+    if cache == "paged":
+        cache_kwargs.setdefault("max_sequences", B * G)  # the pool must hold every sample after expand
     kv = make_cache(cache, mc, B, P + T_max, device=device, dtype=dtype, **cache_kwargs)
     with autocast(device):
         logits = model(prompt_ids, attention_mask=prompt_mask, cache=kv, num_logits_to_keep=1).logits[:, -1]
@@ -175,7 +179,8 @@ def generate(
         completion_mask[:, t] = (~done).long()
         if logprobs is not None:
             logprobs[:, t] = token_logprobs.masked_fill(done, 0.0)
-        done |= tokens == eos_id
+        if stop_at_eos:
+            done |= tokens == eos_id
         steps = t + 1
         if bool(done.all()) or t == T_max - 1:
             break

@@ -1,7 +1,10 @@
-"""Reversed multi-digit addition: `47+85=` -> `231` (the digits of 132, least significant first).
+"""Reversed multi-digit addition: `047+085=` -> `231` (the digits of 132, least significant first).
 
-Operands: each drawn uniformly from [0, 10^digits), written without leading zeros, so a
-3-digit task mixes `7+415=` with `802+93=`: lengths vary and a model cannot rely on fixed columns.
+Operands: each drawn uniformly from [0, 10^digits) and zero-padded to `digits` characters, so the
+units digits of the two operands always sit in the same columns. Arithmetic-transformer papers pad
+for the same reason: a tiny model then learns ONE column-wise algorithm. (Without padding, `7+415=`
+and `802+93=` put the columns in different places; the lab's tiny model learned the rare
+mixed-length cases much more slowly, and RL could not fix them within minutes.)
 The sum has up to digits + 1 digits. The problem space is all ordered pairs, 10^(2 * digits)
 prompts, numbered `index = a * 10^digits + b`.
 
@@ -10,9 +13,9 @@ so every OOD problem is longer than anything in training.
 
 Three completion formats of the same problems (see formats.py):
 
-    addition               47+85=  ->  231
-    addition_cot           47+85=  ->  7+5=12;4+8+1=13;>231      reasoning first, then the answer
-    addition_answer_first  47+85=  ->  231<7+5=12;4+8+1=13;      answer first, then the reasoning
+    addition               047+085=  ->  231
+    addition_cot           047+085=  ->  7+5=12;4+8+1=13;0+0+1=1;>231   reasoning first, then the answer
+    addition_answer_first  047+085=  ->  231<7+5=12;4+8+1=13;0+0+1=1;   answer first, then the reasoning
 """
 
 from __future__ import annotations
@@ -50,11 +53,11 @@ class AdditionTask(Task):
         return _NAMES[self.answer_format]
 
     def make_example(self, a: int, b: int) -> Example:
-        """The example for `a+b=` in this task's format (any non-negative a, b)."""
+        """The example for `a+b=` in this task's format (any non-negative a, b; zero-padded to `digits`)."""
         return Example(
-            prompt=f"{a}+{b}=",
+            prompt=f"{a:0{self.digits}d}+{b:0{self.digits}d}=",
             answer=reversed_sum(a, b),
-            completion=render_addition(a, b, self.answer_format),
+            completion=render_addition(a, b, self.answer_format, width=self.digits),
         )
 
     def space_size(self) -> int:

@@ -69,11 +69,15 @@ def reversed_sum(a: int, b: int) -> str:
     return str(a + b)[::-1]
 
 
-def carry_steps(a: int, b: int) -> list[str]:
-    """The scratchpad steps of a + b, ones digit first: 47+85 -> ['7+5=12;', '4+8+1=13;']."""
+def carry_steps(a: int, b: int, width: int = 0) -> list[str]:
+    """The scratchpad steps of a + b, ones digit first: 47+85 -> ['7+5=12;', '4+8+1=13;'].
+
+    `width`: the zero-padded operand width of the prompt; one step per column, so 047+085 (width 3)
+    -> ['7+5=12;', '4+8+1=13;', '0+0+1=1;'].
+    """
     a_digits, b_digits = str(a)[::-1], str(b)[::-1]
     steps, carry = [], 0
-    for position in range(max(len(a_digits), len(b_digits))):
+    for position in range(max(len(a_digits), len(b_digits), width)):
         da = int(a_digits[position]) if position < len(a_digits) else 0
         db = int(b_digits[position]) if position < len(b_digits) else 0
         total = da + db + carry  # s_i = a_i + b_i + c_i ; c_{i+1} = s_i // 10
@@ -82,13 +86,14 @@ def carry_steps(a: int, b: int) -> list[str]:
     return steps
 
 
-def render_addition(a: int, b: int, answer_format: str) -> str:
-    """The completion the model should learn to write after the prompt `a+b=` (no EOS)."""
+def render_addition(a: int, b: int, answer_format: str, width: int = 0) -> str:
+    """The completion the model should learn to write after the prompt `a+b=` (no EOS); `width` as in
+    `carry_steps`."""
     check_answer_format(answer_format)
     answer = reversed_sum(a, b)
     if answer_format == PLAIN:
         return answer
-    scratchpad = "".join(carry_steps(a, b))
+    scratchpad = "".join(carry_steps(a, b, width))
     if answer_format == REASONING_FIRST:
         return f"{scratchpad}{ANSWER_MARK}{answer}"
     return f"{answer}{REASON_MARK}{scratchpad}"

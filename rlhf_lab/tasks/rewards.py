@@ -121,7 +121,7 @@ def steps_reward(
     operands = parse_addition_prompt(prompt) if isinstance(prompt, str) else None
     if not finished or operands is None:
         return 0.0
-    expected = carry_steps(*operands)
+    expected = carry_steps(*operands, width=len(prompt.split("+")[0]))  # one step per padded column
     _, scratchpad = split_completion(completion, answer_format)
     pieces = scratchpad.split(STEP_END)
     written = [piece + STEP_END for piece in pieces[:-1]]

@@ -1,0 +1,108 @@
+"""Generation speed: the lab's generate with each KV cache and without one, vs transformers' generate.
+
+    python bench/generation.py            # prints a markdown table (tokens/s, ms/step, peak memory)
+
+Every configuration runs in its own subprocess so that "peak memory" is that run's peak resident
+set size. Greedy decoding, EOS ignored, so every row generates exactly batch x new_tokens tokens.
+The model is the lab's standard architecture with random weights (speed does not depend on them);
+transformers runs the same weights through `to_hf` (eager attention, its default dynamic cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import subprocess
+import sys
+import time
+from datetime import date
+
+SETTINGS = [(64, 32), (8, 256)]
+IMPLEMENTATIONS = ["lab-static", "lab-dynamic", "lab-paged", "lab-int8", "lab-nocache", "hf-generate"]
+PROMPT_LEN = 8
+
+
+def run_one(impl: str, batch: int, new_tokens: int, repeats: int) -> dict:
+    import torch
+
+    from rlhf_lab.model import LlamaModel, to_hf
+    from rlhf_lab.sampling import SamplingConfig, generate
+    from rlhf_lab.sft import lab_model_config
+    from rlhf_lab.tokenizer import CharTokenizer
+
+    torch.manual_seed(0)
+    tok = CharTokenizer()
+    model = LlamaModel(lab_model_config(tok, max_position_embeddings=512)).eval()
+    prompts = torch.randint(3, len(tok), (batch, PROMPT_LEN), generator=torch.Generator().manual_seed(1))
+    config = SamplingConfig(do_sample=False, max_new_tokens=new_tokens)
+    if impl == "hf-generate":
+        hf = to_hf(model)
+        hf.generation_config.eos_token_id = None
+
+        def call():
+            with torch.no_grad():
+                hf.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts), do_sample=False,
+                            max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0,
+                            eos_token_id=None, top_k=None, top_p=None, temperature=None)
+    else:
+        cache = {"lab-static": "static", "lab-dynamic": "dynamic", "lab-paged": "paged",
+                 "lab-int8": "int8", "lab-nocache": "none"}[impl]
+
+        def call():
+            generate(model, prompts, config, cache=cache, stop_at_eos=False)
+
+    call()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    best = min(times)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = rss if sys.platform == "darwin" else rss * 1024
+    return {"impl": impl, "batch": batch, "new_tokens": new_tokens, "seconds": best,
+            "tokens_per_s": batch * new_tokens / best, "ms_per_step": 1000 * best / new_tokens,
+            "peak_mib": peak / 2**20, "threads": torch.get_num_threads()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--one", nargs=3, metavar=("IMPL", "BATCH", "NEW_TOKENS"), help=argparse.SUPPRESS)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--impls", nargs="*", default=IMPLEMENTATIONS)
+    args = parser.parse_args()
+    if args.one:
+        impl, batch, new = args.one
+        print(json.dumps(run_one(impl, int(batch), int(new), args.repeats)))
+        return
+    import torch
+
+    rows = []
+    for batch, new in SETTINGS:
+        for impl in args.impls:
+            out = subprocess.run([sys.executable, __file__, "--one", impl, str(batch), str(new),
+                                  "--repeats", str(args.repeats)], capture_output=True, text=True, check=True)
+            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            print(f"  {impl:12s} {batch}x{new}: {rows[-1]['tokens_per_s']:.0f} tok/s", file=sys.stderr, flush=True)
+    print(f"Generation benchmark, {date.today()}, {platform.machine()} {platform.processor() or ''}, "
+          f"{rows[0]['threads']} torch threads, torch {torch.__version__}, python {platform.python_version()}\n")
+    print("| implementation | batch x new tokens | tokens/s | ms/step | peak RSS (MiB) | vs hf-generate |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for batch, new in SETTINGS:
+        group = [r for r in rows if r["batch"] == batch and r["new_tokens"] == new]
+        hf = next((r for r in group if r["impl"] == "hf-generate"), None)
+        for r in group:
+            ratio = f"{r['tokens_per_s'] / hf['tokens_per_s']:.2f}x" if hf else "-"
+            print(f"| {r['impl']} | {batch} x {new} | {r['tokens_per_s']:.0f} | {r['ms_per_step']:.2f} | "
+                  f"{r['peak_mib']:.0f} | {ratio} |")
+    for batch, new in SETTINGS:
+        group = {r["impl"]: r for r in rows if r["batch"] == batch and r["new_tokens"] == new}
+        if "lab-static" in group and "lab-nocache" in group:
+            print(f"\ncached (static) vs uncached at {batch} x {new}: "
+                  f"{group['lab-static']['tokens_per_s'] / group['lab-nocache']['tokens_per_s']:.1f}x")
+
+
+if __name__ == "__main__":
+    main()

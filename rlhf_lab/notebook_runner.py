@@ -1,0 +1,82 @@
+"""Execute notebooks top to bottom in a fresh kernel, and keep committed notebooks renderable.
+
+    python -m rlhf_lab.notebook_runner notebooks/*.ipynb          # full mode, outputs written back
+    python -m rlhf_lab.notebook_runner --fast --check notebooks/00_welcome.ipynb   # CI-style, no write
+
+`clean_notebook` removes what breaks GitHub's renderer: the `widgets` entry of the notebook
+metadata (its absence is fine; a partial one gives "state key missing from metadata.widgets") and
+widget-view outputs whose state is not saved (a static figure is kept beside each widget).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def clean_notebook(nb) -> None:
+    """Strip widget state and widget-view outputs in place; keep every other output."""
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+        if cell.cell_type != "code":
+            continue
+        kept = []
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if WIDGET_MIME in data:
+                data.pop(WIDGET_MIME)
+                if not data:
+                    continue
+            kept.append(output)
+        cell["outputs"] = kept
+
+
+def execute(path: str | os.PathLike, fast: bool, timeout: int = 900, write: bool = True,
+            kernel_name: str = "python3"):
+    """Run a notebook in a fresh kernel with RLHF_LAB_FAST set; return (notebook, seconds)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    path = Path(path)
+    nb = nbformat.read(path, as_version=4)
+    env_fast = os.environ.get("RLHF_LAB_FAST")
+    os.environ["RLHF_LAB_FAST"] = "1" if fast else "0"
+    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    try:
+        client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name,
+                                resources={"metadata": {"path": str(path.parent)}})
+        start = time.perf_counter()
+        client.execute()
+        seconds = time.perf_counter() - start
+    finally:
+        if env_fast is None:
+            os.environ.pop("RLHF_LAB_FAST", None)
+        else:
+            os.environ["RLHF_LAB_FAST"] = env_fast
+    clean_notebook(nb)
+    if write:
+        nbformat.write(nb, path)
+    return nb, seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("notebooks", nargs="+")
+    parser.add_argument("--fast", action="store_true", help="set RLHF_LAB_FAST=1 (the CI mode)")
+    parser.add_argument("--check", action="store_true", help="execute without writing outputs back")
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    args = parser.parse_args(argv)
+    for path in args.notebooks:
+        _, seconds = execute(path, fast=args.fast, timeout=args.timeout, write=not args.check)
+        print(f"{path}: {seconds:.1f} s ({'FAST' if args.fast else 'full'} mode)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""The shipped checkpoints: how each one is trained, and how a notebook loads it by name.
+
+    from rlhf_lab.presets import load_checkpoint
+    model, tokenizer, meta = load_checkpoint("addition_rl_start")
+    meta["accuracy"], meta["accuracy_band"]          # measured held-out greedy accuracy, its band
+
+| name                | what it is for                                                              |
+| ------------------- | --------------------------------------------------------------------------- |
+| `addition_rl_start` | the RL starting point: SFT stopped half way, ~50% held-out accuracy, so RL  |
+|                     | has both right and wrong samples to learn from (and room to improve)        |
+| `addition_sft`      | the same model trained to convergence (~99%): sampling and KV-cache demos   |
+
+Each preset is an `SFTConfig` plus the model size (`lab_model_config` keyword arguments). The
+checkpoints are regenerated with `python -m rlhf_lab sft --preset all` (`build_checkpoint` below),
+deterministically for a seed on CPU: same seed, same weights. The held-out set is the task's test
+split for `data_seed` (the one the RL trainer evaluates on), so the accuracy recorded next to a
+checkpoint is the number a notebook will measure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .device import describe
+from .evaluate import greedy_accuracy
+from .model import LlamaModel
+from .model.hf import CheckpointError, from_pretrained, read_config, save_pretrained
+from .sft import SFTConfig, lab_model_config, train_sft
+from .tasks import get_task
+from .tokenizer import CharTokenizer, default_tokenizer
+
+# data/checkpoints of the repository (notebooks and the CLI run from a clone, where it sits next to
+# the package). RLHF_LAB_CHECKPOINTS points somewhere else, e.g. for a pip-installed package.
+CHECKPOINT_DIR = Path(os.environ.get("RLHF_LAB_CHECKPOINTS", Path(__file__).resolve().parents[1] / "data" / "checkpoints"))
+
+# The lab model's size for the shipped checkpoints (see data/checkpoints/README.md for why this size).
+MODEL_SIZE: dict = dict(
+    hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+)
+
+
+@dataclass(frozen=True)
+class CheckpointPreset:
+    """One shipped checkpoint: its SFT run, its model size and the accuracy band it must land in."""
+
+    name: str
+    description: str
+    sft: SFTConfig
+    model: dict = field(default_factory=lambda: dict(MODEL_SIZE))  # lab_model_config(**model)
+    accuracy_band: tuple[float, float] = (0.0, 1.0)  # [low, high] held-out greedy accuracy
+
+    def __post_init__(self) -> None:
+        low, high = self.accuracy_band
+        if not 0 <= low <= high <= 1:
+            raise ValueError(f"accuracy_band must satisfy 0 <= low <= high <= 1, got {self.accuracy_band}")
+
+
+PRESETS: dict[str, CheckpointPreset] = {
+    "addition_rl_start": CheckpointPreset(
+        name="addition_rl_start",
+        description="RL starting point for 3-digit reversed addition: SFT stopped at ~50% accuracy",
+        # Evaluate every 25 steps and stop at the first evaluation >= 45%: accuracy climbs ~10 points per
+        # 25 steps at that stage, so the run stops inside the band, at the same step for the same seed.
+        sft=SFTConfig(steps=2000, eval_every=25, stop_at_accuracy=0.45),
+        accuracy_band=(0.30, 0.70),
+    ),
+    "addition_sft": CheckpointPreset(
+        name="addition_sft",
+        description="3-digit reversed addition trained to convergence (a good model for sampling demos)",
+        sft=SFTConfig(steps=3000, eval_every=250),
+        accuracy_band=(0.95, 1.0),
+    ),
+}
+
+
+def get_preset(name: str) -> CheckpointPreset:
+    if name not in PRESETS:
+        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {name!r}")
+    return PRESETS[name]
+
+
+def build_checkpoint(
+    preset: str | CheckpointPreset,
+    out_dir: str | os.PathLike = CHECKPOINT_DIR,
+    progress: bool = True,
+    **overrides,
+) -> dict:
+    """Train `preset` with SFT and save it as `out_dir/<name>` (a Hugging Face Llama folder).
+
+    `overrides` replace SFTConfig fields (steps=..., learning_rate=..., seed=...) and are validated
+    like the config itself. The held-out accuracy is measured after training, in float32 on CPU,
+    exactly as `load_checkpoint` users will measure it, and saved in config.json["rlhf_lab"].
+    Returns that metadata.
+    """
+    preset = get_preset(preset) if isinstance(preset, str) else preset
+    config = dataclasses.replace(preset.sft, **overrides)  # runs SFTConfig's validation
+    tokenizer = default_tokenizer()
+    torch.manual_seed(config.seed)
+    model = LlamaModel(lab_model_config(tokenizer, **preset.model))
+    start = time.perf_counter()
+    model, history = train_sft(config, tokenizer, model=model, progress=progress)
+    train_seconds = time.perf_counter() - start
+    model = model.float().cpu().eval()
+
+    task = get_task(config.task, **config.task_params)
+    _, test = task.make_split(config.data_seed, config.n_train, config.n_test)
+    accuracy = greedy_accuracy(model, tokenizer, task, test[: config.eval_examples])
+    low, high = preset.accuracy_band
+    metadata = {
+        "name": preset.name,
+        "description": preset.description,
+        "task": config.task,
+        "task_params": dict(config.task_params),
+        "accuracy": accuracy,
+        "accuracy_band": [low, high],
+        "in_band": low <= accuracy <= high,
+        "eval": {"split": "test", "data_seed": config.data_seed, "n_train": config.n_train,
+                 "n_test": config.n_test, "examples": config.eval_examples, "decoding": "greedy"},
+        "steps": int(history["step"].iloc[-1]) if len(history) else 0,
+        "train_seconds": round(train_seconds, 1),
+        "trained_on": describe(config.device),
+        "num_parameters": model.num_parameters(),
+        "sft": dataclasses.asdict(config),
+        "command": f"python -m rlhf_lab sft --preset {preset.name}",
+    }
+    save_pretrained(model, Path(out_dir) / preset.name, tokenizer=tokenizer, metadata=metadata)
+    return metadata
+
+
+def checkpoint_folder(name: str | os.PathLike) -> Path:
+    """A shipped checkpoint's folder by name, or `name` itself when it is a folder."""
+    if isinstance(name, str) and (CHECKPOINT_DIR / name).is_dir():
+        return CHECKPOINT_DIR / name
+    if Path(name).is_dir():
+        return Path(name)
+    if isinstance(name, str) and name in PRESETS:
+        raise CheckpointError(
+            f"checkpoint {name!r} is not in {CHECKPOINT_DIR}; regenerate it with "
+            f"`python -m rlhf_lab sft --preset {name}`"
+        )
+    raise CheckpointError(f"name must be one of {sorted(PRESETS)} or a checkpoint folder, got {str(name)!r}")
+
+
+def load_checkpoint(name: str | os.PathLike, device: str | torch.device = "cpu"):
+    """Load a shipped checkpoint (by preset name) or any checkpoint folder.
+
+    Returns (model, tokenizer, metadata): the lab's `LlamaModel` in eval mode, its `CharTokenizer`,
+    and the dict saved under config.json["rlhf_lab"] (accuracy, accuracy_band, steps, sft settings...).
+    """
+    folder = checkpoint_folder(name)
+    model = from_pretrained(folder, device=device)
+    tokenizer = CharTokenizer.load(folder) if (folder / "tokenizer.json").is_file() else default_tokenizer()
+    return model, tokenizer, dict(read_config(folder).get("rlhf_lab") or {})
+
+
+def write_readme(out_dir: str | os.PathLike = CHECKPOINT_DIR) -> Path:
+    """(Re)write out_dir/README.md: one table row per checkpoint folder, from its saved metadata."""
+    out_dir = Path(out_dir)
+    rows = []
+    for folder in sorted(p for p in out_dir.iterdir() if (p / "config.json").is_file()):
+        meta = read_config(folder).get("rlhf_lab") or {}
+        if "accuracy" not in meta:
+            continue
+        size_kb = sum(f.stat().st_size for f in folder.iterdir()) / 1024
+        low, high = meta["accuracy_band"]
+        task = f"{meta['task']} ({', '.join(f'{k}={v}' for k, v in meta['task_params'].items())})"
+        rows.append(
+            f"| `{folder.name}` | {task} | {meta['num_parameters']:,} | {meta['steps']} | "
+            f"{meta['train_seconds']:.0f} s | {meta['accuracy']:.1%} | {low:.0%} - {high:.0%} | {size_kb:.0f} KB |"
+        )
+    size = model_size_line(MODEL_SIZE)
+    text = README_TEMPLATE.format(rows="\n".join(rows), size=size)
+    path = out_dir / "README.md"
+    path.write_text(text)
+    return path
+
+
+def model_size_line(size: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in size.items())
+
+
+README_TEMPLATE = """\
+# Shipped checkpoints
+
+Hugging Face Llama folders (`config.json`, `model.safetensors`, `tokenizer.json`,
+`tokenizer_config.json`): `transformers.AutoModelForCausalLM.from_pretrained(folder)` loads them, and
+so does the lab:
+
+```python
+from rlhf_lab.presets import load_checkpoint
+model, tokenizer, meta = load_checkpoint("addition_rl_start")
+```
+
+| name | task | parameters | SFT steps | train time (CPU) | held-out accuracy | band | size |
+| --- | --- | ---: | ---: | ---: | ---: | --- | ---: |
+{rows}
+
+*Held-out accuracy*: greedy decoding, exact match, on the first 500 problems of the task's test split
+(`make_split(data_seed=0, n_train=20000, n_test=500)`, the split the RL trainer evaluates on); the
+same number is stored in each `config.json` under `"rlhf_lab"`, and `tests/test_checkpoints.py`
+recomputes it. *Train time* is the SFT wall time, evaluations included, with one thread on the
+2-core CPU the checkpoints were made on.
+
+Model: the lab's Llama ({size}), tied embeddings.
+
+Regenerate (deterministic for a seed on CPU; the same weights every time):
+
+```bash
+python -m rlhf_lab sft --preset all
+```
+"""

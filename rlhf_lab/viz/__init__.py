@@ -1,0 +1,38 @@
+"""Seeing RL fine-tuning: a live training dashboard, comparison plots and interactive explorers.
+
+    from rlhf_lab.viz import LiveDashboard, plot_history, clip_explorer
+    trainer = Trainer(config, callbacks=[LiveDashboard()])   # redraws while train() runs
+    plot_history({"grpo": grpo.history, "gspo": gspo.history}, metrics=["reward_mean", "kl_k3"])
+    clip_explorer()                                           # sliders in Jupyter, a Figure elsewhere
+
+One colour per algorithm everywhere: `ALGO_COLORS` in style.py.
+"""
+
+from .dashboard import LiveDashboard
+from .plots import (
+    DASHBOARD_PANELS,
+    draw_dashboard,
+    make_dashboard_axes,
+    plot_dashboard,
+    plot_history,
+    save_training_plots,
+)
+from .style import ALGO_COLORS, METRIC_LABELS, algo_color, figure_png, in_notebook, new_figure
+from .widgets import (
+    EXPLORERS,
+    LogSlider,
+    clip_explorer,
+    explore,
+    make_explorer,
+    plot_clip_surrogate,
+    plot_next_token_distribution,
+    register_explorer,
+    sampling_explorer,
+)
+
+__all__ = [
+    "ALGO_COLORS", "DASHBOARD_PANELS", "EXPLORERS", "METRIC_LABELS", "LiveDashboard", "LogSlider", "algo_color",
+    "clip_explorer", "draw_dashboard", "explore", "figure_png", "in_notebook", "make_dashboard_axes",
+    "make_explorer", "new_figure", "plot_clip_surrogate", "plot_dashboard", "plot_history",
+    "plot_next_token_distribution", "register_explorer", "sampling_explorer", "save_training_plots",
+]

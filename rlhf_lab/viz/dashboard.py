@@ -1,0 +1,174 @@
+"""`LiveDashboard`: one figure that redraws itself while `Trainer.train()` runs.
+
+    from rlhf_lab.viz import LiveDashboard
+    trainer = Trainer(config, callbacks=[LiveDashboard()])    # or trainer.add_callback(LiveDashboard())
+    trainer.train()
+
+Twelve panels (see plots.py): reward (mean, std band, min-max band), accuracy (rollout; held-out as
+markers), KL to the reference (k1, k3), entropy, clip fractions, completion length, truncation rate,
+time per step, and for the latest step the advantages, the rewards of each prompt group, and the
+token- and sequence-level importance ratios.
+
+Where the frames go:
+- Inside a Jupyter kernel (JupyterLab, VS Code, Colab, headless nbclient): one output image,
+  `display(..., display_id=True)` once, then `handle.update(...)`. The figure is rendered to PNG
+  by Agg ourselves instead of handing IPython the Figure, so it works under any matplotlib backend
+  (inline, %matplotlib widget, qt) and without ipympl, and a saved notebook keeps the last frame.
+- Anywhere else (a script, the CLI, terminal IPython): PNG files in `png_dir`, Agg only, no display.
+`mode="notebook"|"png"` forces one.
+
+Cost. A redraw takes ~0.1-0.3 s on a laptop CPU, a lab RL step ~0.5-1 s. A redraw happens at most
+every `refresh_every` steps, never sooner than `min_interval` seconds after the last one, and (the
+`max_overhead` guard) only after enough training time that drawing stays under that fraction of
+the run: after a redraw that took d seconds the next waits d * (1 / max_overhead - 1) seconds.
+`bench/dashboard_overhead.py` measures it. The end of training (including Stop /
+KeyboardInterrupt: the trainer calls `on_train_end` from `finally`) always draws a last frame.
+
+A dashboard never stops training: a drawing error becomes one warning (`last_error` keeps it)
+unless `raise_errors=True`, which the tests use.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from ..rl.trainer import Callback
+from .plots import draw_dashboard, make_dashboard_axes
+from .style import figure_png, in_notebook
+
+MODES = ("auto", "notebook", "png")
+
+
+class LiveDashboard(Callback):
+    """A trainer callback that keeps one dashboard figure up to date.
+
+    Args:
+        refresh_every: redraw at most every this many steps.
+        min_interval: seconds that must pass between two redraws.
+        max_overhead: keep redrawing time under about this fraction of wall time (None: no guard).
+        x: "step" or "wall_time" (seconds of training, evaluation excluded) for the curves.
+        mode: "auto" (notebook inside a Jupyter kernel, else png), "notebook" or "png".
+        png_dir: where png mode writes `dashboard.png` (overwritten at each redraw).
+        keep_frames: png mode also keeps every frame as `step_000040.png`.
+        figsize, dpi: size of the figure (inches) and of the image (dots per inch).
+        raise_errors: re-raise drawing errors instead of warning (for tests).
+    """
+
+    def __init__(self, refresh_every: int = 5, min_interval: float = 1.0, max_overhead: float | None = 0.1,
+                 x: str = "step", mode: str = "auto", png_dir: str | Path = "dashboard_frames",
+                 keep_frames: bool = False, figsize: tuple[float, float] = (15, 9), dpi: float = 72,
+                 raise_errors: bool = False) -> None:
+        if isinstance(refresh_every, bool) or not isinstance(refresh_every, int) or refresh_every < 1:
+            raise ValueError(f"refresh_every must be an integer >= 1, got {refresh_every!r}")
+        if not min_interval >= 0:
+            raise ValueError(f"min_interval must be >= 0 seconds, got {min_interval!r}")
+        if max_overhead is not None and not 0 < max_overhead < 1:
+            raise ValueError(f"max_overhead must be in (0, 1) or None, got {max_overhead!r}")
+        if x not in ("step", "wall_time"):
+            raise ValueError(f"x must be 'step' or 'wall_time', got {x!r}")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.refresh_every = refresh_every
+        self.min_interval = min_interval
+        self.max_overhead = max_overhead
+        self.x = x
+        self.mode = mode
+        self.png_dir = Path(png_dir)
+        self.keep_frames = keep_frames
+        self.dpi = dpi
+        self.raise_errors = raise_errors
+        # The figure is ours alone (no pyplot): nothing else shows it, closes it or redraws it.
+        self.figure = Figure(figsize=figsize, dpi=dpi)
+        FigureCanvasAgg(self.figure)
+        self.axes = make_dashboard_axes(self.figure)
+        self.distributions = None  # latest StepDistributions
+        self.handle = None  # IPython DisplayHandle of the current train() call
+        self.draw_times: list[float] = []  # seconds per redraw (render + PNG + display)
+        self.last_error: Exception | None = None
+        self._steps_since_draw = 0
+        self._last_draw_end = 0.0
+        self._warned = False
+
+    # ------------------------------------------------------------------------------------------
+    # Callback hooks
+
+    def on_train_begin(self, trainer) -> None:
+        self.handle = None  # each train() call gets its own output, in the cell that runs it
+        self.draw(trainer)
+
+    def on_step_end(self, trainer, metrics: dict, distributions=None) -> None:
+        if distributions is not None:
+            self.distributions = distributions
+        self._steps_since_draw += 1
+        if self.due():
+            self.draw(trainer)
+
+    def on_train_end(self, trainer) -> None:
+        self.draw(trainer)  # the final frame stays in the notebook / in png_dir
+
+    # ------------------------------------------------------------------------------------------
+
+    @property
+    def resolved_mode(self) -> str:
+        if self.mode != "auto":
+            return self.mode
+        return "notebook" if in_notebook() else "png"
+
+    def due(self) -> bool:
+        """Whether the step that just ended should be drawn (see the module docstring)."""
+        if self._steps_since_draw < self.refresh_every:
+            return False
+        since = time.perf_counter() - self._last_draw_end
+        wait = self.min_interval
+        if self.max_overhead is not None and self.draw_times:
+            wait = max(wait, self.draw_times[-1] * (1 / self.max_overhead - 1))  # d / (d + wait) <= max_overhead
+        return since >= wait
+
+    def draw(self, trainer) -> None:
+        """Redraw now from `trainer.history`, `trainer.config` and the latest distributions."""
+        start = time.perf_counter()
+        try:
+            history = trainer.history
+            config = getattr(trainer, "config", None)
+            max_length = getattr(trainer, "max_completion_length", None)
+            title = draw_dashboard(self.axes, history, self.distributions, config, self.x, max_length)
+            self.figure.suptitle(title, fontsize=11)
+            step = int(history["step"].max()) if "step" in history.columns and len(history) else 0
+            self._publish(step)
+        except Exception as exc:  # a plot must never cost a training run
+            self.last_error = exc
+            if self.raise_errors:
+                raise
+            if not self._warned:
+                warnings.warn(f"LiveDashboard could not draw ({type(exc).__name__}: {exc}); training goes on",
+                              RuntimeWarning, stacklevel=2)
+                self._warned = True
+        finally:
+            self._last_draw_end = time.perf_counter()
+            self.draw_times.append(self._last_draw_end - start)
+            self._steps_since_draw = 0
+
+    def _publish(self, step: int) -> None:
+        png = figure_png(self.figure, dpi="figure")
+        if self.resolved_mode == "notebook":
+            from IPython.display import Image, display
+
+            image = Image(data=png, format="png")
+            if self.handle is None:
+                self.handle = display(image, display_id=True)
+            else:
+                self.handle.update(image)
+            return
+        self.png_dir.mkdir(parents=True, exist_ok=True)
+        (self.png_dir / "dashboard.png").write_bytes(png)
+        if self.keep_frames:
+            (self.png_dir / f"step_{step:06d}.png").write_bytes(png)
+
+    @property
+    def total_draw_time(self) -> float:
+        return sum(self.draw_times)

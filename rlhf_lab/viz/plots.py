@@ -1,0 +1,479 @@
+"""Static plots of a run: the dashboard's panels, comparisons of runs, and PNGs for the CLI.
+
+    plot_history({"grpo": h1, "gspo": h2}, metrics=["reward_mean", "kl_k3"])   # runs side by side
+    plot_dashboard(trainer.history, trainer.distributions, trainer.config)     # every panel, once
+    save_training_plots(trainer.history, trainer.distributions, "runs/grpo")   # curves.png, dashboard.png
+
+Every `draw_*` function draws one panel into an existing axes and copes with what a real run
+produces: the step-0 row (only `eval_accuracy` is set), columns that are missing or all NaN,
+no distributions (`keep_distributions=False`), and algorithms without groups (PPO, G = 1).
+`LiveDashboard` redraws the same panels while a run trains.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from .style import (
+    CLIP_SHADE_COLOR,
+    ZERO_VARIANCE_COLOR,
+    algo_color,
+    figure_png,
+    metric_label,
+    new_figure,
+    note,
+)
+
+# Small type so that twelve panels fit one notebook-wide figure.
+COMPACT_RC = {
+    "font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7,
+    "xtick.labelsize": 7, "ytick.labelsize": 7, "legend.frameon": False,
+    "axes.spines.top": False, "axes.spines.right": False, "axes.formatter.useoffset": False,
+}
+
+DASHBOARD_PANELS = (
+    ("reward", "accuracy", "kl", "entropy"),
+    ("clip", "length", "truncation", "time"),
+    ("advantages", "groups", "token_ratios", "sequence_ratios"),
+)
+GROUP_RELATIVE = ("grpo", "gspo", "rloo")  # equal rewards in a group -> advantage exactly 0
+MAX_GROUPS_SHOWN = 48
+
+
+# ----------------------------------------------------------------------------------------------
+# reading a history that may be empty, partial or NaN
+
+
+def column(history: pd.DataFrame | None, name: str) -> np.ndarray | None:
+    """The column as float numbers, or None when it is missing or has no finite value."""
+    if history is None or name not in history.columns:
+        return None
+    values = pd.to_numeric(history[name], errors="coerce").to_numpy(dtype=float)
+    return values if np.isfinite(values).any() else None
+
+
+def x_values(history: pd.DataFrame, x: str) -> np.ndarray:
+    values = column(history, x)
+    if values is None:
+        values = column(history, "step")
+    return values if values is not None else np.arange(len(history), dtype=float)
+
+
+def x_label(x: str) -> str:
+    return metric_label(x if x in ("step", "wall_time") else "step")
+
+
+def _line(ax: Axes, xs: np.ndarray, ys: np.ndarray, **kwargs) -> None:
+    """A line that stays visible when only one or two points are finite (the first steps)."""
+    finite = np.isfinite(ys) & np.isfinite(xs)
+    if finite.sum() <= 2:
+        kwargs.setdefault("marker", "o")
+        kwargs.setdefault("markersize", 3)
+    ax.plot(xs[finite], ys[finite], **kwargs)
+
+
+def config_value(config, name: str, default=None):
+    return default if config is None else getattr(config, name, default)
+
+
+# ----------------------------------------------------------------------------------------------
+# curve panels (x = step or training wall time)
+
+
+def histogram(ax: Axes, values: np.ndarray, bins: int, color: str) -> None:
+    """A filled histogram drawn as one artist (ax.stairs): far cheaper to redraw than ax.hist's bars."""
+    counts, edges = np.histogram(values, bins=bins)
+    ax.stairs(counts, edges, fill=True, color=color, alpha=0.85)
+
+
+# The dashboard has no legends (they were a large share of a redraw): each title says which line is which.
+
+
+def draw_reward(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = "C0") -> None:
+    """Mean reward with a +-1 std band (dark) and the min-max range (light)."""
+    xs, mean = x_values(history, x), column(history, "reward_mean")
+    ax.set(title="reward: mean, +-std (dark), min-max (light)", xlabel=x_label(x), ylabel="reward per completion")
+    if mean is None:
+        return note(ax, "no training step yet")
+    low, high, std = column(history, "reward_min"), column(history, "reward_max"), column(history, "reward_std")
+    if low is not None and high is not None:
+        ax.fill_between(xs, low, high, color=color, alpha=0.12, linewidth=0)
+    if std is not None:
+        ax.fill_between(xs, mean - std, mean + std, color=color, alpha=0.3, linewidth=0)
+    _line(ax, xs, mean, color=color)
+
+
+def draw_accuracy(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = "C0") -> None:
+    """Rollout accuracy (sampled at the training temperature) and held-out greedy accuracy (dots)."""
+    xs = x_values(history, x)
+    ax.set(title="accuracy: rollout (line), held-out greedy (dots)", xlabel=x_label(x), ylabel="fraction correct",
+           ylim=(-0.03, 1.03))
+    rollout, held_out = column(history, "accuracy"), column(history, "eval_accuracy")
+    if rollout is None and held_out is None:
+        return note(ax, "no accuracy yet")
+    if rollout is not None:
+        _line(ax, xs, rollout, color=color)
+    if held_out is not None:
+        finite = np.isfinite(held_out)
+        ax.plot(xs[finite], held_out[finite], linestyle=":", marker="o", markersize=4, color=color,
+                markeredgecolor="black")
+
+
+def draw_lines(ax: Axes, history: pd.DataFrame, names_styles: Sequence[tuple[str, str]], title: str,
+               ylabel: str, x: str = "step", color: str = "C0", empty: str = "no data yet") -> bool:
+    """Several columns in one colour, told apart by line style. Returns False when none had data."""
+    xs = x_values(history, x)
+    ax.set(title=title, xlabel=x_label(x), ylabel=ylabel)
+    drawn = False
+    for name, style in names_styles:
+        ys = column(history, name)
+        if ys is not None:
+            _line(ax, xs, ys, color=color, linestyle=style)
+            drawn = True
+    if not drawn:
+        note(ax, empty)
+    return drawn
+
+
+def draw_kl(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = "C0") -> None:
+    # Both estimators average over sampled tokens: k1 = log pi_old - log pi_ref is unbiased but can
+    # go negative, k3 = ratio - 1 - log ratio is always >= 0 (Schulman, "Approximating KL divergence").
+    draw_lines(ax, history, [("kl_k1", "-"), ("kl_k3", "--")], "KL(pi || pi_ref): k1 solid, k3 dashed",
+               "nats per token", x, color)
+
+
+def draw_entropy(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = "C0") -> None:
+    draw_lines(ax, history, [("entropy", "-")], "policy entropy", "nats per token", x, color)
+
+
+def draw_clip(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = "C0", config=None) -> None:
+    if config_value(config, "clip", True) is False:
+        ax.set(title="clip fraction", xlabel=x_label(x), ylabel="fraction of tokens")
+        return note(ax, "this run does not clip\n(plain importance-weighted PG)")
+    drawn = draw_lines(ax, history, [("clip_frac_low", "--"), ("clip_frac_high", "-")],
+                       "clipped: at 1-eps dashed, at 1+eps solid", "fraction of tokens", x, color)
+    total = column(history, "clip_frac")
+    if drawn and total is not None and np.nanmax(np.abs(total)) == 0 and config_value(config, "on_policy", False):
+        ax.text(0.02, 0.95, "0: on-policy, every ratio is 1", transform=ax.transAxes, va="top", fontsize=7)
+
+
+def draw_length(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = "C0",
+                max_length: int | None = None) -> None:
+    drawn = draw_lines(ax, history, [("completion_len_mean", "-"), ("completion_len_max", "--")],
+                       "completion length: mean solid, max dashed", "tokens", x, color)
+    if drawn and max_length:
+        ax.axhline(max_length, color="black", linewidth=0.8, linestyle=":")
+        ax.text(0.02, max_length, " budget", va="bottom", fontsize=7, transform=ax.get_yaxis_transform())
+
+
+def draw_truncation(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = "C0") -> None:
+    draw_lines(ax, history, [("truncation_rate", "-")], "truncated (hit the length budget)",
+               "fraction of completions", x, color)
+
+
+def draw_step_time(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = "C0") -> None:
+    """Stacked seconds per step: sampling (generation) and the gradient update."""
+    xs = x_values(history, x)
+    ax.set(title="time per step: rollout (solid), update (hatched)", xlabel=x_label(x), ylabel="seconds")
+    rollout, update = column(history, "rollout_time"), column(history, "update_time")
+    if rollout is None or update is None:
+        return note(ax, "no training step yet")
+    rows = np.isfinite(rollout) & np.isfinite(update) & np.isfinite(xs)
+    ax.stackplot(xs[rows], rollout[rows], update[rows], colors=[color, color], alpha=0.8, hatch=["", "///"])
+
+
+# ----------------------------------------------------------------------------------------------
+# distribution panels (the latest step)
+
+
+def draw_advantages(ax: Axes, distributions, color: str = "C0") -> None:
+    """Histogram of the per-completion advantages of one step."""
+    ax.set(xlabel="advantage (per completion)", ylabel="completions")
+    if distributions is None or distributions.advantages.numel() == 0:
+        ax.set_title("advantages")
+        return note(ax, "no distributions recorded\n(keep_distributions=False or no step yet)")
+    advantages = distributions.advantages.float().numpy()
+    ax.set_title(f"advantages, step {distributions.step}")
+    finite = advantages[np.isfinite(advantages)]
+    if finite.size and np.all(finite == 0):
+        ax.axvline(0, color=color, linewidth=2)
+        return note(ax, f"all {finite.size} advantages are 0:\nno learning signal this step")
+    histogram(ax, finite, 30, color)
+    ax.axvline(0, color="black", linewidth=0.8)
+
+
+def draw_groups(ax: Axes, distributions, color: str = "C0", algo: str | None = None) -> None:
+    """One column of G dots per prompt: the rewards of its G completions. Equal rewards are grey."""
+    if distributions is None or distributions.rewards.numel() == 0:
+        ax.set(title="rewards per prompt group", xlabel="prompt group", ylabel="reward")
+        return note(ax, "no distributions recorded")
+    rewards = distributions.rewards.float()
+    G = int(distributions.num_generations)
+    if G < 2 or rewards.numel() % G:
+        # PPO samples one completion per prompt; its baseline is the critic, not a group.
+        ax.set(title=f"rewards, step {distributions.step} (G={G}: no groups)", xlabel="reward",
+               ylabel="completions")
+        histogram(ax, rewards.numpy(), 20, color)
+        return None
+    groups = rewards.view(-1, G)[:MAX_GROUPS_SHOWN]  # (num_prompts, G)
+    equal = (groups.max(dim=1).values == groups.min(dim=1).values).numpy()
+    offsets = np.linspace(-0.3, 0.3, G)  # spread the G dots so equal rewards form a flat row
+    positions = np.arange(len(groups))[:, None] + offsets[None, :]
+    values = groups.numpy()
+    no_signal = ", A = 0" if (algo or "").lower() in GROUP_RELATIVE else ""
+    ax.scatter(positions[~equal].ravel(), values[~equal].ravel(), s=7, color=color)
+    ax.scatter(positions[equal].ravel(), values[equal].ravel(), s=7, color=ZERO_VARIANCE_COLOR)
+    total = rewards.numel() // G
+    shown = "" if total <= MAX_GROUPS_SHOWN else f" (first {MAX_GROUPS_SHOWN})"
+    ax.set(title=f"rewards per group, G={G}: {int(equal.sum())}/{len(groups)} all equal{shown}",
+           xlabel=f"prompt group (grey: all G rewards equal{no_signal})", ylabel="reward")
+
+
+def draw_ratios(ax: Axes, ratios: torch.Tensor | None, level: str = "token", color: str = "C0",
+                clip_range: tuple[float, float] | None = None) -> None:
+    """Histogram (log counts) of importance ratios pi_theta / pi_old over every pass of a step.
+
+    level: "token" (one ratio per token) or "sequence" (one per completion: GSPO's s_i, for the
+    others exp(mean_t log r_t)). clip_range: (1 - eps_low, 1 + eps_high), drawn when this level is
+    the one the algorithm clips; the shaded ranges are where the clip can act.
+    """
+    what = "token ratio pi/pi_old" if level == "token" else "sequence ratio s_i"
+    ax.set(title=f"{level}-level importance ratios", xlabel=f"{what} (dimensionless)",
+           ylabel="tokens" if level == "token" else "completions")
+    if ratios is None or ratios.numel() == 0:
+        return note(ax, "no ratios recorded")
+    values = ratios.float()
+    values = values[torch.isfinite(values)].numpy()
+    if ax.get_yscale() != "log":
+        ax.set_yscale("log")  # the tails (the tokens the clip acts on) are few
+    if values.size and np.all(values == 1.0):
+        # On-policy (one pass, one minibatch) pi_old is pi_theta itself: r = 1 and the clip is idle.
+        ax.bar([1.0], [values.size], width=0.02, color=color)
+        ax.set_xlim(0.9, 1.1)
+        ax.text(0.5, 0.97, f"all {values.size} ratios are exactly 1\n(on-policy: the clip never acts)",
+                transform=ax.transAxes, ha="center", va="top", fontsize=7, color="#555555")
+        return None
+    histogram(ax, values, 40, color)
+    if clip_range is not None:
+        low, high = clip_range
+        # Keep both bounds in view: where the ratios sit relative to the clip is the point.
+        margin = 0.15 * (high - low)
+        xmin, xmax = ax.get_xlim()
+        xmin, xmax = min(xmin, low - margin), max(xmax, high + margin)
+        for bound in (low, high):
+            ax.axvline(bound, color="black", linestyle="--", linewidth=0.8)
+        ax.axvspan(xmin, low, color=CLIP_SHADE_COLOR, alpha=0.25, linewidth=0)
+        ax.axvspan(high, xmax, color=CLIP_SHADE_COLOR, alpha=0.25, linewidth=0)
+        ax.set_xlim(xmin, xmax)
+        outside = float(np.mean((values < low) | (values > high)))
+        ax.text(0.98, 0.95, f"{outside:.1%} outside [1-eps, 1+eps]", transform=ax.transAxes, ha="right",
+                va="top", fontsize=7)
+
+
+def clip_range_of(config) -> tuple[float, float] | None:
+    if config is None or config_value(config, "clip", True) is False:
+        return None
+    low = config_value(config, "eps_low", config_value(config, "epsilon"))
+    if low is None:
+        return None
+    high = config_value(config, "eps_high", None)
+    high = low if high is None else high
+    return 1.0 - float(low), 1.0 + float(high)
+
+
+def clipped_level(config) -> str:
+    """Which ratio the loss clips: GSPO clips the sequence ratio, every other method the token ratio."""
+    level = str(config_value(config, "importance_sampling_level", "token"))
+    return "sequence" if level.startswith("sequence") else "token"
+
+
+# ----------------------------------------------------------------------------------------------
+# the whole dashboard
+
+
+def make_dashboard_axes(fig: Figure) -> dict[str, Axes]:
+    """3 x 4 panels named as in DASHBOARD_PANELS. Fixed margins (no layout engine) keep redraws cheap."""
+    with matplotlib.rc_context(COMPACT_RC):
+        grid = fig.add_gridspec(len(DASHBOARD_PANELS), len(DASHBOARD_PANELS[0]), left=0.045, right=0.99,
+                                bottom=0.06, top=0.9, wspace=0.32, hspace=0.62)
+        axes = {name: fig.add_subplot(grid[row, col]) for row, names in enumerate(DASHBOARD_PANELS)
+                for col, name in enumerate(names)}
+    curves = {name for row in DASHBOARD_PANELS[:2] for name in row}
+    for name, ax in axes.items():
+        # Few ticks and no grid: tick labels and grid lines are most of what a redraw renders.
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=name in curves))  # steps are whole numbers
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
+    return axes
+
+
+def reset_axes(ax: Axes) -> None:
+    """Remove what the last redraw plotted but keep the axes and its ticks.
+
+    Much cheaper than `ax.clear()`, which throws the tick objects away: rebuilding them dominated
+    the cost of a redraw.
+    """
+    for container in list(ax.containers):
+        container.remove()
+    for artist in [*ax.lines, *ax.collections, *ax.patches, *ax.texts]:
+        artist.remove()
+    if ax.get_legend() is not None:
+        ax.get_legend().remove()
+    ax.relim()
+    ax.autoscale(enable=True)
+
+
+def latest(distributions):
+    """The last StepDistributions of a list (or the one given, or None)."""
+    if distributions is None:
+        return None
+    if isinstance(distributions, Sequence):
+        return distributions[-1] if len(distributions) else None
+    return distributions
+
+
+def draw_dashboard(axes: Mapping[str, Axes], history: pd.DataFrame | None, distributions=None, config=None,
+                   x: str = "step", max_length: int | None = None, algo: str | None = None) -> str:
+    """Clear and redraw every panel. Returns the figure title (algorithm, step, time)."""
+    history = history if history is not None else pd.DataFrame({"step": []})
+    algo = algo or config_value(config, "algo", None)
+    color = algo_color(algo)
+    dist = latest(distributions)
+    with matplotlib.rc_context(COMPACT_RC):
+        for ax in axes.values():
+            reset_axes(ax)
+        draw_reward(axes["reward"], history, x, color)
+        draw_accuracy(axes["accuracy"], history, x, color)
+        draw_kl(axes["kl"], history, x, color)
+        draw_entropy(axes["entropy"], history, x, color)
+        draw_clip(axes["clip"], history, x, color, config)
+        draw_length(axes["length"], history, x, color, max_length)
+        draw_truncation(axes["truncation"], history, x, color)
+        draw_step_time(axes["time"], history, x, color)
+        draw_advantages(axes["advantages"], dist, color)
+        draw_groups(axes["groups"], dist, color, algo)
+        clip_range, level = clip_range_of(config), clipped_level(config)
+        draw_ratios(axes["token_ratios"], None if dist is None else dist.token_ratios, "token", color,
+                    clip_range if level == "token" else None)
+        draw_ratios(axes["sequence_ratios"], None if dist is None else dist.sequence_ratios, "sequence", color,
+                    clip_range if level == "sequence" else None)
+    return dashboard_title(history, algo)
+
+
+def dashboard_title(history: pd.DataFrame, algo: str | None) -> str:
+    name = (algo or "run").upper()
+    steps = column(history, "step")
+    if steps is None or len(history) == 0:
+        return f"{name}: waiting for the first step"
+    parts = [f"{name}: step {int(np.nanmax(steps))}"]
+    wall = column(history, "wall_time")
+    if wall is not None:
+        parts.append(f"{np.nanmax(wall):.1f} s of training")
+    step_time = column(history, "step_time")
+    if step_time is not None:
+        parts.append(f"{np.nanmean(step_time[-10:]):.2f} s/step")
+    held_out = column(history, "eval_accuracy")
+    if held_out is not None:
+        parts.append(f"held-out accuracy {held_out[np.isfinite(held_out)][-1]:.1%}")
+    return "   |   ".join(parts)
+
+
+def plot_dashboard(history: pd.DataFrame | None, distributions=None, config=None, x: str = "step",
+                   algo: str | None = None, max_length: int | None = None,
+                   figsize: tuple[float, float] = (15, 9)) -> Figure:
+    """Every dashboard panel for a finished (or running) run, as one static Figure with 12 axes."""
+    fig = new_figure(figsize, layout=None)
+    axes = make_dashboard_axes(fig)
+    title = draw_dashboard(axes, history, distributions, config, x, max_length, algo)
+    fig.suptitle(title, fontsize=11)
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------
+# comparing runs
+
+
+def plot_history(
+    histories: pd.DataFrame | Mapping[str, pd.DataFrame],
+    metrics: Sequence[str] = ("reward_mean", "accuracy", "eval_accuracy", "kl_k3", "entropy", "clip_frac"),
+    x: str = "step",
+    smooth: int = 1,
+    ncols: int = 3,
+    label: str | None = None,
+    figsize: tuple[float, float] | None = None,
+) -> Figure:
+    """One axes per metric; several runs share each axes, coloured by algorithm (ALGO_COLORS).
+
+    Args:
+        histories: a `Trainer.history` DataFrame, or {run label: history}. Labels that start with an
+            algorithm's name ("grpo", "gspo beta=0.04") take its colour.
+        metrics: columns of the history (see rl/metrics.py METRIC_COLUMNS).
+        x: "step" or "wall_time" (seconds of training, evaluation excluded).
+        smooth: window of a trailing moving average (1 = raw); the raw curve stays visible, faint.
+        label: the legend label of a single DataFrame (default: its "algo" column if any, else "run").
+    Returns:
+        a Figure with len(metrics) axes.
+    """
+    if x not in ("step", "wall_time"):
+        raise ValueError(f"x must be 'step' or 'wall_time', got {x!r}")
+    if isinstance(smooth, bool) or not isinstance(smooth, int) or smooth < 1:
+        raise ValueError(f"smooth must be an integer >= 1, got {smooth!r}")
+    if isinstance(histories, pd.DataFrame):
+        if label is None:
+            label = str(histories["algo"].iloc[0]) if "algo" in histories.columns and len(histories) else "run"
+        histories = {label: histories}
+    metrics = list(metrics)
+    if not metrics:
+        raise ValueError("metrics must name at least one column, got an empty list")
+    ncols = max(1, min(ncols, len(metrics)))
+    nrows = math.ceil(len(metrics) / ncols)
+    fig = new_figure(figsize or (4.2 * ncols, 3.2 * nrows))
+    axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(len(metrics))]
+    with matplotlib.rc_context({"axes.grid": True, "grid.alpha": 0.3}):
+        for index, (run, history) in enumerate(histories.items()):
+            color = algo_color(run, index)
+            xs = x_values(history, x)
+            for ax, metric in zip(axes, metrics):
+                ys = column(history, metric)
+                if ys is None:
+                    continue
+                finite = np.isfinite(ys) & np.isfinite(xs)
+                if metric == "eval_accuracy" or finite.sum() <= 2:  # sparse: evaluated every few steps
+                    ax.plot(xs[finite], ys[finite], marker="o", markersize=4, color=color, label=run)
+                elif smooth > 1:
+                    smoothed = pd.Series(ys[finite]).rolling(smooth, min_periods=1).mean().to_numpy()
+                    ax.plot(xs[finite], ys[finite], color=color, alpha=0.25, linewidth=0.8)
+                    ax.plot(xs[finite], smoothed, color=color, label=run)
+                else:
+                    ax.plot(xs[finite], ys[finite], color=color, label=run)
+        for ax, metric in zip(axes, metrics):
+            ax.set(title=metric, xlabel=x_label(x), ylabel=metric_label(metric))
+            if not ax.lines:
+                note(ax, f"no data for {metric!r}")
+        axes[0].legend(loc="best")
+    return fig
+
+
+def save_training_plots(history: pd.DataFrame, distributions, out_dir: str | Path, config=None,
+                        algo: str | None = None, dpi: float = 100) -> list[Path]:
+    """Write curves.png (main metrics against step) and dashboard.png (every panel) into out_dir."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    algo = algo or config_value(config, "algo", None)
+    written = []
+    curves = plot_history(history, label=algo or "run")
+    dashboard = plot_dashboard(history, distributions, config, algo=algo)
+    for name, fig in (("curves.png", curves), ("dashboard.png", dashboard)):
+        path = out_dir / name
+        path.write_bytes(figure_png(fig, dpi=dpi))
+        written.append(path)
+    return written

@@ -1,0 +1,128 @@
+"""One look for every plot: a colour per algorithm, axis labels with units, and figure plumbing.
+
+The palette is Okabe & Ito's (2008) colour-blind-safe set, so PPO, GRPO, GSPO and the baselines
+stay distinguishable for every reader, in every notebook and in the CLI's PNGs.
+
+Figures are made by `new_figure`, never left registered with pyplot: a notebook then shows a
+returned figure exactly once (as the cell's value or through `display`), and a long session does
+not pile up open figures. Outside a Jupyter kernel figures are pure Agg, so scripts and CI never
+need a display.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+ALGO_COLORS: dict[str, str] = {
+    "ppo": "#0072b2",  # blue
+    "grpo": "#d55e00",  # vermillion
+    "gspo": "#009e73",  # bluish green
+    "rloo": "#cc79a7",  # reddish purple
+    "reinforce": "#e69f00",  # orange
+    "remax": "#56b4e9",  # sky blue
+}
+FALLBACK_COLORS = ("#000000", "#f0e442", "#7f7f7f", "#8c564b")  # runs whose name is no algorithm
+
+KEPT_COLOR = "#4477aa"  # a token the sampling filters keep
+REMOVED_COLOR = "#cccccc"  # a token they remove (probability exactly 0 afterwards)
+ZERO_VARIANCE_COLOR = "#9a9a9a"  # a GRPO group whose G rewards are all equal: advantage 0, no signal
+CLIP_SHADE_COLOR = "#f4d35e"  # ratio range where the clip is active and the gradient is zero
+
+# Axis labels with units, keyed by the column names of `Trainer.history` (rl/metrics.py).
+METRIC_LABELS: dict[str, str] = {
+    "step": "step",
+    "wall_time": "training time (s)",
+    "step_time": "time per step (s)",
+    "rollout_time": "rollout time (s)",
+    "update_time": "update time (s)",
+    "reward_mean": "reward (mean per completion)",
+    "reward_std": "reward std",
+    "reward_min": "reward min",
+    "reward_max": "reward max",
+    "frac_zero_std_groups": "zero-variance groups (fraction)",
+    "accuracy": "rollout accuracy (fraction)",
+    "eval_accuracy": "held-out greedy accuracy (fraction)",
+    "kl_k1": "KL to reference, k1 (nats/token)",
+    "kl_k3": "KL to reference, k3 (nats/token)",
+    "entropy": "entropy (nats/token)",
+    "clip_frac_low": "clipped at 1-eps (fraction of tokens)",
+    "clip_frac_high": "clipped at 1+eps (fraction of tokens)",
+    "clip_frac": "clipped (fraction of tokens)",
+    "ratio_mean": "token ratio pi/pi_old (mean)",
+    "seq_ratio_mean": "sequence ratio (mean)",
+    "adv_mean": "advantage (mean)",
+    "adv_std": "advantage (std)",
+    "completion_len_mean": "completion length (tokens)",
+    "completion_len_max": "longest completion (tokens)",
+    "truncation_rate": "truncated, no EOS (fraction)",
+    "policy_loss": "policy loss",
+    "value_loss": "value loss",
+    "explained_variance": "explained variance of the critic",
+    "kl_coef": "KL coefficient",
+    "grad_norm": "gradient norm (before clipping)",
+    "lr": "learning rate",
+    "tokens_per_s": "throughput (completion tokens/s)",
+    "mem_peak_bytes": "peak memory (bytes)",
+}
+
+
+def metric_label(name: str) -> str:
+    return METRIC_LABELS.get(name, name.replace("_", " "))
+
+
+def algo_color(name: str | None, index: int = 0) -> str:
+    """The colour of an algorithm; a run label such as "grpo beta=0.04" gets its algorithm's colour."""
+    if name:
+        key = str(name).lower()
+        if key in ALGO_COLORS:
+            return ALGO_COLORS[key]
+        for algo in sorted(ALGO_COLORS, key=len, reverse=True):  # "gspo-token" -> gspo, not "ppo"
+            if key.startswith(algo):
+                return ALGO_COLORS[algo]
+    return FALLBACK_COLORS[index % len(FALLBACK_COLORS)]
+
+
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel (JupyterLab, VS Code, Colab, nbclient); False in a script or terminal IPython."""
+    ipython = sys.modules.get("IPython")  # never import IPython just to ask
+    if ipython is None:
+        return False
+    shell = ipython.get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def new_figure(figsize: tuple[float, float] = (6.4, 4.0), layout: str | None = "constrained") -> Figure:
+    """A Figure that pyplot does not track (see the module docstring)."""
+    if in_notebook():
+        # Going through pyplot once loads the kernel's backend (matplotlib-inline), which teaches
+        # IPython to render a Figure as a PNG. Closing it right away stops the inline backend from
+        # showing it a second time at the end of the cell.
+        import matplotlib.pyplot as plt
+
+        fig = plt.figure(figsize=figsize, layout=layout)
+        plt.close(fig)
+        return fig
+    fig = Figure(figsize=figsize, layout=layout)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def figure_png(fig: Figure, dpi: float | str = 72) -> bytes:
+    """PNG bytes of a figure (savefig renders PNG with Agg under every backend).
+
+    dpi="figure" keeps the figure's own dpi, which lets Agg reuse its renderer between redraws.
+    zlib level 1: a preview that is redrawn often should encode fast, not small.
+    """
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, pil_kwargs={"compress_level": 1})
+    return buffer.getvalue()
+
+
+def note(ax, text: str, fontsize: float = 9) -> None:
+    """Centred grey message in an axes that has nothing (yet) to plot."""
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=fontsize,
+            color="#555555", wrap=True)

@@ -1,0 +1,368 @@
+"""The dashboard, the plots and the explorers, headless (Agg), on hand-made histories."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from matplotlib.colors import to_hex  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from rlhf_lab.model import LlamaModel  # noqa: E402
+from rlhf_lab.rl.losses import clipped_surrogate  # noqa: E402
+from rlhf_lab.rl.metrics import METRIC_COLUMNS  # noqa: E402
+from rlhf_lab.rl.trainer import Callback, StepDistributions  # noqa: E402
+from rlhf_lab.sampling import SamplingConfig, explain_filters  # noqa: E402
+from rlhf_lab.sft import lab_model_config  # noqa: E402
+from rlhf_lab.tokenizer import default_tokenizer  # noqa: E402
+from rlhf_lab.viz import (  # noqa: E402
+    ALGO_COLORS,
+    EXPLORERS,
+    LiveDashboard,
+    algo_color,
+    clip_explorer,
+    explore,
+    make_explorer,
+    plot_clip_surrogate,
+    plot_dashboard,
+    plot_history,
+    plot_next_token_distribution,
+    sampling_explorer,
+    save_training_plots,
+)
+from rlhf_lab.viz.style import KEPT_COLOR, REMOVED_COLOR, ZERO_VARIANCE_COLOR, figure_png  # noqa: E402
+
+# ----------------------------------------------------------------------------------------------
+# fakes: what a Trainer exposes to a callback
+
+
+def fake_history(steps: int, nan_columns: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Row 0 as the trainer writes it (only eval_accuracy), then `steps` full rows."""
+    rng = np.random.default_rng(0)
+    rows = [{"step": 0, "wall_time": 0.0, "eval_accuracy": 0.1}]
+    for step in range(1, steps + 1):
+        row = {column: float(rng.random()) for column in METRIC_COLUMNS}
+        row.update(step=step, wall_time=0.5 * step, eval_accuracy=0.5 if step % 2 == 0 else float("nan"))
+        for column in nan_columns:
+            row[column] = float("nan")
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    return frame[[c for c in METRIC_COLUMNS if c in frame.columns]]
+
+
+def fake_distributions(step: int, num_generations: int, num_prompts: int = 6, on_policy: bool = False):
+    generator = torch.Generator().manual_seed(step)
+    N = num_prompts * num_generations
+    rewards = (torch.rand(N, generator=generator) > 0.5).float()
+    if num_generations > 1:
+        groups = rewards.view(num_prompts, num_generations)
+        groups[2:, 0], groups[2:, 1] = 1.0, 0.0  # every other group has different rewards...
+        groups[0], groups[1] = 1.0, 0.0  # ...but one is all right and one all wrong: zero variance
+    tokens = 5 * N
+    if on_policy:
+        token_ratios, sequence_ratios = torch.ones(tokens), torch.ones(N)
+    else:
+        token_ratios = torch.exp(0.1 * torch.randn(tokens, generator=generator))
+        sequence_ratios = torch.exp(1e-3 * torch.randn(N, generator=generator))
+    return StepDistributions(step=step, advantages=torch.randn(N, generator=generator), rewards=rewards,
+                             num_generations=num_generations, token_ratios=token_ratios,
+                             sequence_ratios=sequence_ratios)
+
+
+class FakeTrainer:
+    """Grows a history row by row and calls callbacks the way Trainer.train does (Stop included)."""
+
+    def __init__(self, config, history: pd.DataFrame) -> None:
+        self.config = config
+        self.full_history = history
+        self.rows = 1
+        self.max_completion_length = 6
+        self.stop_reason = None
+
+    @property
+    def history(self) -> pd.DataFrame:
+        return self.full_history.iloc[: self.rows]
+
+    def run(self, callback: Callback, distributions, *more_callbacks: Callback) -> None:
+        callbacks = [callback, *more_callbacks]
+        for c in callbacks:
+            c.on_train_begin(self)
+        try:
+            for step in range(1, len(self.full_history)):
+                self.rows = step + 1
+                metrics = self.full_history.iloc[step].to_dict()
+                for c in callbacks:
+                    c.on_step_end(self, metrics, distributions(step))
+        except KeyboardInterrupt:
+            self.stop_reason = "interrupted"
+        finally:
+            for c in callbacks:
+                c.on_train_end(self)
+
+
+GRPO = SimpleNamespace(algo="grpo", eps_low=0.2, eps_high=0.28, on_policy=False, clip=True)
+GSPO = SimpleNamespace(algo="gspo", eps_low=3e-4, eps_high=4e-4, on_policy=False,
+                       importance_sampling_level="sequence")
+PPO = SimpleNamespace(algo="ppo", eps_low=0.2, eps_high=0.2, on_policy=False)
+REINFORCE = SimpleNamespace(algo="reinforce", eps_low=0.2, eps_high=0.2, on_policy=True, clip=False)
+
+
+@pytest.fixture
+def tiny_model():
+    torch.manual_seed(0)
+    tokenizer = default_tokenizer()
+    model = LlamaModel(lab_model_config(tokenizer, hidden_size=32, num_hidden_layers=1, intermediate_size=64))
+    return model, tokenizer
+
+
+def texts_of(fig: Figure) -> str:
+    return " | ".join(t.get_text() for ax in fig.axes for t in [ax.title, *ax.texts])
+
+
+# ----------------------------------------------------------------------------------------------
+# LiveDashboard
+
+
+def test_dashboard_writes_pngs_in_a_script(tmp_path):
+    dash = LiveDashboard(refresh_every=2, min_interval=0.0, max_overhead=None, png_dir=tmp_path,
+                         keep_frames=True, raise_errors=True)
+    assert dash.resolved_mode == "png"  # pytest is not a Jupyter kernel
+    trainer = FakeTrainer(GRPO, fake_history(1))
+    trainer.run(dash, lambda step: fake_distributions(step, 4))
+    # begin (step 0) and end (step 1); frames are named by the last step drawn
+    assert len(dash.draw_times) == 2 and dash.last_error is None
+    assert (tmp_path / "dashboard.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.glob("step_*.png")) == ["step_000000.png", "step_000001.png"]
+
+
+@pytest.mark.parametrize(
+    "config, num_generations, on_policy",
+    [(GRPO, 4, False), (GSPO, 4, False), (PPO, 1, False), (REINFORCE, 4, True)],
+    ids=["grpo", "gspo", "ppo", "reinforce-on-policy"],
+)
+def test_dashboard_draws_every_algorithm(tmp_path, monkeypatch, config, num_generations, on_policy):
+    dash = LiveDashboard(refresh_every=100, png_dir=tmp_path, raise_errors=True)
+    published = []
+    monkeypatch.setattr(dash, "_publish", published.append)  # render once, below, to keep the test fast
+    trainer = FakeTrainer(config, fake_history(4))
+    trainer.run(dash, lambda step: fake_distributions(step, num_generations, on_policy=on_policy))
+    assert published == [0, 4] and dash.last_error is None  # begin and end
+    assert figure_png(dash.figure)[:4] == b"\x89PNG"
+    assert len(dash.figure.axes) == 12
+    assert dash.figure.get_suptitle().startswith(f"{config.algo.upper()}: step 4")
+    # every line of the curves is in the algorithm's colour
+    colors = {to_hex(line.get_color()) for line in dash.axes["kl"].lines}
+    assert colors == {ALGO_COLORS[config.algo]}
+    text = texts_of(dash.figure)
+    assert ("no groups" in text) == (num_generations == 1)
+    assert ("exactly 1" in text) == on_policy
+    assert ("does not clip" in text) == (config is REINFORCE)
+
+
+def test_dashboard_panels_show_what_the_step_did(tmp_path, monkeypatch):
+    trainer = FakeTrainer(GRPO, fake_history(2))
+    dash = LiveDashboard(refresh_every=100, png_dir=tmp_path, raise_errors=True)
+    monkeypatch.setattr(dash, "_publish", lambda step: None)  # the panels' artists are what we check
+    trainer.run(dash, lambda step: fake_distributions(step, 4))
+    groups = dash.axes["groups"]
+    # 2 of 6 groups have equal rewards: their 8 dots are grey, the other 16 in GRPO's colour
+    informative, equal = groups.collections
+    assert len(informative.get_offsets()) == 16 and len(equal.get_offsets()) == 8
+    assert to_hex(equal.get_facecolor()[0]) == ZERO_VARIANCE_COLOR
+    assert to_hex(informative.get_facecolor()[0]) == ALGO_COLORS["grpo"]
+    assert "2/6 all equal" in groups.get_title()
+    # GRPO clips token ratios: the bounds 1 - 0.2 and 1 + 0.28 are drawn there, not on the sequence panel
+    token_bounds = sorted(line.get_xdata()[0] for line in dash.axes["token_ratios"].lines)
+    assert token_bounds == pytest.approx([0.8, 1.28])
+    assert len(dash.axes["sequence_ratios"].lines) == 0
+
+
+def test_dashboard_copes_with_nan_columns_and_no_distributions(tmp_path, monkeypatch):
+    dash = LiveDashboard(refresh_every=100, png_dir=tmp_path, raise_errors=True)
+    monkeypatch.setattr(dash, "_publish", lambda step: None)  # rendered explicitly below
+    dash.on_train_begin(SimpleNamespace(history=pd.DataFrame(), config=None))  # before the step-0 evaluation
+    assert "waiting for the first step" in dash.figure.get_suptitle()
+    figure_png(dash.figure)
+    dash.on_train_begin(SimpleNamespace(history=fake_history(0), config=None))  # only eval_accuracy
+    assert dash.figure.get_suptitle() == "RUN: step 0   |   0.0 s of training   |   held-out accuracy 10.0%"
+    # rows whose KL and clip columns are all NaN, and no distributions at all
+    trainer = FakeTrainer(PPO, fake_history(3, nan_columns=("kl_k1", "kl_k3", "clip_frac_low", "clip_frac_high")))
+    trainer.run(dash, lambda step: None)
+    figure_png(dash.figure)
+    assert dash.last_error is None
+    text = texts_of(dash.figure)
+    assert "no data yet" in text and "no distributions recorded" in text
+    # a dashboard without raise_errors warns once and never stops training
+    broken = LiveDashboard(min_interval=0.0, png_dir=tmp_path)
+    with pytest.warns(RuntimeWarning, match="could not draw"):
+        broken.on_train_begin(SimpleNamespace(history="not a dataframe", config=None))
+    assert broken.last_error is not None
+
+
+def test_dashboard_refresh_policy(tmp_path, monkeypatch):
+    dash = LiveDashboard(refresh_every=3, min_interval=0.0, max_overhead=None, png_dir=tmp_path, raise_errors=True)
+    published = []
+    monkeypatch.setattr(dash, "_publish", published.append)  # count frames without rendering them
+    FakeTrainer(GRPO, fake_history(7)).run(dash, lambda step: None)
+    assert published == [0, 3, 6, 7]  # begin, every 3 steps, end
+    # min_interval: no redraw sooner than that many seconds after the last one
+    slow = LiveDashboard(refresh_every=1, min_interval=3600.0, max_overhead=None, png_dir=tmp_path)
+    published.clear()
+    monkeypatch.setattr(slow, "_publish", published.append)
+    FakeTrainer(GRPO, fake_history(4)).run(slow, lambda step: None)
+    assert published == [0, 4]
+    # the overhead guard: after a draw of d seconds wait d * (1/0.1 - 1) before the next one
+    guarded = LiveDashboard(refresh_every=1, min_interval=0.0, max_overhead=0.1, png_dir=tmp_path)
+    guarded.draw_times = [1000.0]  # pretend a draw took 1000 s: nothing is due for hours
+    guarded._steps_since_draw = 5
+    assert not guarded.due()
+    guarded.max_overhead = None
+    assert guarded.due()
+    with pytest.raises(ValueError, match="refresh_every"):
+        LiveDashboard(refresh_every=0)
+    with pytest.raises(ValueError, match="x must be"):
+        LiveDashboard(x="time")
+
+
+def test_dashboard_keeps_last_frame_when_training_is_interrupted(tmp_path, monkeypatch):
+    class Stop(Callback):
+        def on_step_end(self, trainer, metrics, distributions):
+            if metrics["step"] == 3:
+                raise KeyboardInterrupt
+
+    dash = LiveDashboard(refresh_every=100, min_interval=0.0, png_dir=tmp_path, raise_errors=True)
+    published = []
+    monkeypatch.setattr(dash, "_publish", published.append)
+    trainer = FakeTrainer(GRPO, fake_history(6))
+    trainer.run(dash, lambda step: fake_distributions(step, 4), Stop())
+    assert trainer.stop_reason == "interrupted"
+    assert published == [0, 3]  # begin, then the final frame from on_train_end
+    assert dash.figure.get_suptitle().startswith("GRPO: step 3")
+
+
+def test_dashboard_on_a_real_trainer(tmp_path, monkeypatch, tiny_model):
+    from rlhf_lab.rl import Trainer, make_config
+
+    model, tokenizer = tiny_model
+    config = make_config("grpo", steps=2, prompts_per_step=4, num_generations=4, eval_every=2, eval_examples=8,
+                         n_train=100, n_test=20)
+    dash = LiveDashboard(refresh_every=1, min_interval=0.0, max_overhead=None, png_dir=tmp_path, raise_errors=True)
+    published = []
+    monkeypatch.setattr(dash, "_publish", published.append)
+    trainer = Trainer(config, model=model, tokenizer=tokenizer)
+    trainer.add_callback(dash)
+    history = trainer.train()
+    assert len(history) == 3 and published == [0, 1, 2, 2]  # begin, each step, end
+    assert dash.distributions is trainer.distributions[-1]
+    assert dash.figure.get_suptitle().startswith("GRPO: step 2")
+    assert "4 prompts" not in dash.axes["groups"].get_title() and "G=4" in dash.axes["groups"].get_title()
+
+
+# ----------------------------------------------------------------------------------------------
+# static plots
+
+
+def test_plot_history_compares_algorithms_with_their_colours():
+    histories = {"grpo": fake_history(5), "gspo": fake_history(5), "my run": fake_history(5)}
+    fig = plot_history(histories, metrics=["reward_mean", "eval_accuracy", "kl_k3"], x="wall_time")
+    assert len(fig.axes) == 3
+    reward_ax = fig.axes[0]
+    assert [to_hex(line.get_color()) for line in reward_ax.lines][:2] == [ALGO_COLORS["grpo"], ALGO_COLORS["gspo"]]
+    assert reward_ax.get_xlabel() == "training time (s)"
+    # eval_accuracy: only the finite evaluations (steps 0, 2, 4) are plotted
+    assert len(fig.axes[1].lines[0].get_xdata()) == 3
+    plt.close(fig)
+    assert algo_color("gspo-token") == ALGO_COLORS["gspo"] and algo_color("PPO") == ALGO_COLORS["ppo"]
+    with pytest.raises(ValueError, match="x must be"):
+        plot_history(fake_history(2), x="time")
+
+
+def test_plot_dashboard_and_save_training_plots(tmp_path):
+    fig = plot_dashboard(fake_history(3), [fake_distributions(3, 4)], GSPO)
+    assert len(fig.axes) == 12
+    plt.close(fig)
+    paths = save_training_plots(fake_history(3), None, tmp_path / "plots", config=GRPO)
+    assert [p.name for p in paths] == ["curves.png", "dashboard.png"]
+    assert all(p.stat().st_size > 1000 for p in paths)
+
+
+# ----------------------------------------------------------------------------------------------
+# explorers
+
+
+def test_sampling_plot_colours_removed_tokens(tiny_model):
+    model, tokenizer = tiny_model
+    settings = dict(temperature=0.7, top_k=12, top_p=0.6, min_p=0.0, repetition_penalty=1.3)
+    fig = plot_next_token_distribution(model, tokenizer, "47+85=", top_n=tokenizer.vocab_size, **settings)
+    assert len(fig.axes) == 2
+    ids = torch.tensor(tokenizer.encode("47+85=", add_bos=True))
+    with torch.no_grad():
+        logits = model(ids[None]).logits[0, -1]
+    kept = explain_filters(logits, ids, SamplingConfig(**settings))["kept"]
+    bars = [patch for patch in fig.axes[0].patches if (patch.get_gid() or "").startswith("token:")]
+    assert len(bars) == tokenizer.vocab_size
+    for bar in bars:
+        token_id = int(bar.get_gid().split(":")[1])
+        assert to_hex(bar.get_facecolor()) == (KEPT_COLOR if kept[token_id] else REMOVED_COLOR)
+    assert 0 < int(kept.sum()) <= 12  # top-k 12 then top-p removed something
+    # the lower panel is the distribution sampled from: removed tokens have probability 0
+    final_heights = [patch.get_height() for patch in fig.axes[1].patches]
+    removed_heights = [h for h, bar in zip(final_heights, bars) if to_hex(bar.get_facecolor()) == REMOVED_COLOR]
+    assert removed_heights and max(removed_heights) == 0.0
+    assert sum(final_heights) == pytest.approx(1.0, abs=1e-5)
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("level, epsilon, epsilon_high", [("token", 0.2, 0.28), ("sequence", None, None)])
+def test_clip_plot_matches_clipped_surrogate(level, epsilon, epsilon_high):
+    fig = plot_clip_surrogate(epsilon, epsilon_high, level=level, advantage=1.5)
+    assert len(fig.axes) == 2
+    low, high = (0.2, 0.28) if level == "token" else (3e-4, 4e-4)  # sequence: GSPO's defaults
+    for ax, advantage in zip(fig.axes, (1.5, -1.5)):
+        (line,) = [line for line in ax.lines if line.get_gid() == "surrogate"]
+        ratios = torch.tensor(line.get_xdata(), dtype=torch.float32)
+        loss, _, _ = clipped_surrogate(ratios[None], torch.full((1, len(ratios)), advantage), low, high)
+        np.testing.assert_allclose(line.get_ydata(), -loss[0].numpy(), rtol=1e-6, atol=1e-7)
+        # the x-axis spans the clip window: 1 +- 3 eps (GSPO's is ~500x narrower than GRPO's)
+        assert ratios.max().item() == pytest.approx(1 + 3 * max(low, high), rel=1e-5)
+    plt.close(fig)
+    with pytest.raises(ValueError, match="level must be one of"):
+        plot_clip_surrogate(level="token-ish")
+
+
+def test_explorers_fall_back_to_a_figure_headless(tiny_model):
+    model, tokenizer = tiny_model
+    sampling = sampling_explorer(model, tokenizer)
+    clip = clip_explorer()
+    assert isinstance(sampling, Figure) and len(sampling.axes) == 2
+    assert isinstance(clip, Figure) and len(clip.axes) == 2
+    assert set(EXPLORERS) >= {"sampling", "clip"}
+    assert isinstance(explore("clip"), Figure)
+    for fig in (sampling, clip):
+        plt.close(fig)
+    with pytest.raises(ValueError, match="arguments of plot_clip_surrogate"):
+        make_explorer(plot_clip_surrogate, temperature=(0.1, 2.0, 0.1))
+
+
+def test_make_explorer_builds_widgets_when_asked(monkeypatch, capsys):
+    import ipywidgets
+
+    monkeypatch.setattr("rlhf_lab.viz.widgets.figure_png", lambda fig, dpi: b"")  # no kernel shows it anyway
+    widget = clip_explorer(use_widgets=True)
+    assert isinstance(widget, ipywidgets.interactive)
+    controls = {control.description: control for control in widget.kwargs_widgets}
+    assert set(controls) == {"epsilon", "epsilon_high", "level"}
+    assert math.isclose(controls["epsilon"].value, 0.2) and controls["level"].value == "token"
+    assert controls["epsilon"].continuous_update is False
+    controls["level"].value = "sequence"  # switching level loads GSPO's clip range
+    assert math.isclose(controls["epsilon"].value, 3e-4) and math.isclose(controls["epsilon_high"].value, 4e-4)
+    widget.close_all()
