@@ -12,6 +12,7 @@ adds one parser function to `build_parser` and one entry to `COMMANDS`.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -59,7 +60,7 @@ def add_sft_parser(subparsers) -> None:
                         help="folder that receives <preset>/ and README.md (default: data/checkpoints)")
     parser.add_argument("--device", help="cpu, cuda, mps or auto (default: the preset's, cpu)")
     parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (default: 1, fastest for the tiny model and bit-reproducible)")
+                        help="torch CPU threads (default: 1, the fastest for a model this small)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -84,12 +85,92 @@ def run_sft(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------- train / compare
+
+
+def _add_rl_arguments(parser) -> None:
+    parser.add_argument("--time-budget", type=float, default=None, help="seconds of training (evaluation excluded)")
+    parser.add_argument("--steps", type=int, default=None, help="maximum number of RL steps")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto")
+    parser.add_argument("--init", default=None, help="checkpoint name or folder (default: addition_rl_start)")
+    parser.add_argument("--eval-every", type=int, default=None)
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="any config field, e.g. --set learning_rate=1e-4 --set loss_type=dr_grpo")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def _rl_overrides(args: argparse.Namespace) -> dict:
+    overrides: dict = {"seed": args.seed, "device": args.device}
+    if args.time_budget is not None:
+        overrides["time_budget"] = args.time_budget
+        overrides["steps"] = 1_000_000  # the clock decides
+    if args.steps is not None:
+        overrides["steps"] = args.steps
+    if args.init:
+        overrides["init_checkpoint"] = args.init
+    if args.eval_every is not None:
+        overrides["eval_every"] = args.eval_every
+    for item in args.set:
+        if "=" not in item:
+            raise ValueError(f"--set expects FIELD=VALUE, got {item!r}")
+        field, raw = item.split("=", 1)
+        try:
+            overrides[field] = json.loads(raw)
+        except json.JSONDecodeError:
+            overrides[field] = raw  # a bare string such as dr_grpo
+    return overrides
+
+
+def add_train_parser(subparsers) -> None:
+    from .rl import ALGORITHMS
+
+    parser = subparsers.add_parser("train", help="RL-train the shipped checkpoint with one algorithm")
+    parser.add_argument("--algo", required=True, choices=sorted(ALGORITHMS))
+    _add_rl_arguments(parser)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from .experiments import train_run
+    from .rl import make_config
+
+    config = make_config(args.algo, **_rl_overrides(args))
+    summary = train_run(config, args.out, progress=not args.no_progress)
+    trainer = summary.pop("trainer")
+    print(f"{args.algo}: held-out accuracy {summary['initial_eval_accuracy']:.3f} -> "
+          f"{summary['final_eval_accuracy']:.3f} in {summary['train_seconds']:.1f} s "
+          f"({summary['steps']} steps, stopped by {summary['stop_reason']}); results in {args.out}")
+    return 1 if trainer.stop_reason == "non_finite" else 0
+
+
+def add_compare_parser(subparsers) -> None:
+    from .rl import ALGORITHMS
+
+    parser = subparsers.add_parser("compare", help="run several algorithms on the same seed; write one report")
+    parser.add_argument("--algos", nargs="+", default=["ppo", "grpo", "gspo", "rloo", "reinforce"],
+                        choices=sorted(ALGORITHMS))
+    parser.add_argument("--target", type=float, default=0.95, help="accuracy for the time-to-target column")
+    _add_rl_arguments(parser)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from .experiments import compare_runs
+
+    table = compare_runs(args.algos, args.out, progress=not args.no_progress, target=args.target,
+                         **_rl_overrides(args))
+    print(table.to_string(index=False))
+    print(f"report: {args.out}/report.md")
+    return 0
+
+
 # ---------------------------------------------------------------------------------------- dispatch
 
-# train / compare: add `add_train_parser` / `add_compare_parser` to build_parser and their runners here.
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "data": run_data,
     "sft": run_sft,
+    "train": run_train,
+    "compare": run_compare,
 }
 
 
@@ -98,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_data_parser(subparsers)
     add_sft_parser(subparsers)
+    add_train_parser(subparsers)
+    add_compare_parser(subparsers)
     return parser
 
 

@@ -26,10 +26,16 @@ from .tasks import TASKS, get_task
 
 
 def lab_model_config(tokenizer, **overrides) -> ModelConfig:
-    """The lab's standard tiny model for a tokenizer: 4 layers, hidden 128, GQA 4 query / 2 kv heads."""
+    """The lab's standard tiny model for a tokenizer: 2 layers, hidden 64, GQA 4 query / 2 kv heads of
+    dim 16, SwiGLU width 176: ~96k parameters, the smallest size that learned 3-digit addition to ~99%.
+
+    initializer_range 0.06 instead of Llama's 0.02: at width 64, std 0.02 makes q.k ~ 0, attention
+    starts uniform and gets tiny gradients (they scale with the other projection's weights), and SFT
+    sat on a loss plateau far longer (often > 1500 steps); 0.06 left it within a few hundred steps.
+    """
     base = dict(
-        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=352, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, initializer_range=0.06,
         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )

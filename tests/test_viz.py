@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from types import SimpleNamespace
 
 import matplotlib
@@ -142,6 +143,7 @@ def test_dashboard_writes_pngs_in_a_script(tmp_path):
     assert len(dash.draw_times) == 2 and dash.last_error is None
     assert (tmp_path / "dashboard.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.glob("step_*.png")) == ["step_000000.png", "step_000001.png"]
+    assert (tmp_path / "dashboard.png").read_bytes() == (tmp_path / "step_000001.png").read_bytes()
 
 
 @pytest.mark.parametrize(
@@ -195,7 +197,8 @@ def test_dashboard_copes_with_nan_columns_and_no_distributions(tmp_path, monkeyp
     dash.on_train_begin(SimpleNamespace(history=fake_history(0), config=None))  # only eval_accuracy
     assert dash.figure.get_suptitle() == "RUN: step 0   |   0.0 s of training   |   held-out accuracy 10.0%"
     # rows whose KL and clip columns are all NaN, and no distributions at all
-    trainer = FakeTrainer(PPO, fake_history(3, nan_columns=("kl_k1", "kl_k3", "clip_frac_low", "clip_frac_high")))
+    nan_columns = ("kl_k1", "kl_k3", "clip_frac_low", "clip_frac_high")
+    trainer = FakeTrainer(PPO, fake_history(3, nan_columns=nan_columns))
     trainer.run(dash, lambda step: None)
     figure_png(dash.figure)
     assert dash.last_error is None
@@ -209,7 +212,8 @@ def test_dashboard_copes_with_nan_columns_and_no_distributions(tmp_path, monkeyp
 
 
 def test_dashboard_refresh_policy(tmp_path, monkeypatch):
-    dash = LiveDashboard(refresh_every=3, min_interval=0.0, max_overhead=None, png_dir=tmp_path, raise_errors=True)
+    dash = LiveDashboard(refresh_every=3, min_interval=0.0, max_overhead=None, png_dir=tmp_path,
+                         raise_errors=True)
     published = []
     monkeypatch.setattr(dash, "_publish", published.append)  # count frames without rendering them
     FakeTrainer(GRPO, fake_history(7)).run(dash, lambda step: None)
@@ -220,12 +224,13 @@ def test_dashboard_refresh_policy(tmp_path, monkeypatch):
     monkeypatch.setattr(slow, "_publish", published.append)
     FakeTrainer(GRPO, fake_history(4)).run(slow, lambda step: None)
     assert published == [0, 4]
-    # the overhead guard: after a draw of d seconds wait d * (1/0.1 - 1) before the next one
+    # the overhead guard: after a draw of d seconds wait d / 0.1 before the next one
     guarded = LiveDashboard(refresh_every=1, min_interval=0.0, max_overhead=0.1, png_dir=tmp_path)
-    guarded.draw_times = [1000.0]  # pretend a draw took 1000 s: nothing is due for hours
+    guarded.draw_times = [100.0]  # pretend the last draw took 100 s: the next may come 1000 s later
     guarded._steps_since_draw = 5
+    guarded._last_draw_end = time.perf_counter() - 990.0
     assert not guarded.due()
-    guarded.max_overhead = None
+    guarded._last_draw_end = time.perf_counter() - 1010.0
     assert guarded.due()
     with pytest.raises(ValueError, match="refresh_every"):
         LiveDashboard(refresh_every=0)
@@ -253,9 +258,10 @@ def test_dashboard_on_a_real_trainer(tmp_path, monkeypatch, tiny_model):
     from rlhf_lab.rl import Trainer, make_config
 
     model, tokenizer = tiny_model
-    config = make_config("grpo", steps=2, prompts_per_step=4, num_generations=4, eval_every=2, eval_examples=8,
-                         n_train=100, n_test=20)
-    dash = LiveDashboard(refresh_every=1, min_interval=0.0, max_overhead=None, png_dir=tmp_path, raise_errors=True)
+    config = make_config("grpo", steps=2, prompts_per_step=4, num_generations=4, eval_every=2,
+                         eval_examples=8, n_train=100, n_test=20)
+    dash = LiveDashboard(refresh_every=1, min_interval=0.0, max_overhead=None, png_dir=tmp_path,
+                         raise_errors=True)
     published = []
     monkeypatch.setattr(dash, "_publish", published.append)
     trainer = Trainer(config, model=model, tokenizer=tokenizer)
@@ -276,7 +282,8 @@ def test_plot_history_compares_algorithms_with_their_colours():
     fig = plot_history(histories, metrics=["reward_mean", "eval_accuracy", "kl_k3"], x="wall_time")
     assert len(fig.axes) == 3
     reward_ax = fig.axes[0]
-    assert [to_hex(line.get_color()) for line in reward_ax.lines][:2] == [ALGO_COLORS["grpo"], ALGO_COLORS["gspo"]]
+    line_colors = [to_hex(line.get_color()) for line in reward_ax.lines]
+    assert line_colors[:2] == [ALGO_COLORS["grpo"], ALGO_COLORS["gspo"]]
     assert reward_ax.get_xlabel() == "training time (s)"
     # eval_accuracy: only the finite evaluations (steps 0, 2, 4) are plotted
     assert len(fig.axes[1].lines[0].get_xdata()) == 3
@@ -316,7 +323,8 @@ def test_sampling_plot_colours_removed_tokens(tiny_model):
     assert 0 < int(kept.sum()) <= 12  # top-k 12 then top-p removed something
     # the lower panel is the distribution sampled from: removed tokens have probability 0
     final_heights = [patch.get_height() for patch in fig.axes[1].patches]
-    removed_heights = [h for h, bar in zip(final_heights, bars) if to_hex(bar.get_facecolor()) == REMOVED_COLOR]
+    removed_heights = [height for height, bar in zip(final_heights, bars)
+                       if to_hex(bar.get_facecolor()) == REMOVED_COLOR]
     assert removed_heights and max(removed_heights) == 0.0
     assert sum(final_heights) == pytest.approx(1.0, abs=1e-5)
     plt.close(fig)
@@ -364,5 +372,6 @@ def test_make_explorer_builds_widgets_when_asked(monkeypatch, capsys):
     assert math.isclose(controls["epsilon"].value, 0.2) and controls["level"].value == "token"
     assert controls["epsilon"].continuous_update is False
     controls["level"].value = "sequence"  # switching level loads GSPO's clip range
-    assert math.isclose(controls["epsilon"].value, 3e-4) and math.isclose(controls["epsilon_high"].value, 4e-4)
+    assert math.isclose(controls["epsilon"].value, 3e-4)
+    assert math.isclose(controls["epsilon_high"].value, 4e-4)
     widget.close_all()

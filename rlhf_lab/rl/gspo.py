@@ -27,6 +27,7 @@ class GSPOConfig(GRPOConfig):
     algo: str = "gspo"
     epsilon: float = 3e-4  # the paper's clip range, ~500x smaller than GRPO's 0.2
     epsilon_high: float | None = 4e-4
+    num_minibatches: int = 4  # the paper splits each rollout into 4 minibatches: later ones are off-policy
     importance_sampling_level: str = "sequence"  # sequence | sequence_token (GSPO-token)
 
     def __post_init__(self) -> None:

@@ -31,7 +31,8 @@ from .widgets import (
 )
 
 __all__ = [
-    "ALGO_COLORS", "DASHBOARD_PANELS", "EXPLORERS", "METRIC_LABELS", "LiveDashboard", "LogSlider", "algo_color",
+    "ALGO_COLORS", "DASHBOARD_PANELS", "EXPLORERS", "METRIC_LABELS", "LiveDashboard", "LogSlider",
+    "algo_color",
     "clip_explorer", "draw_dashboard", "explore", "figure_png", "in_notebook", "make_dashboard_axes",
     "make_explorer", "new_figure", "plot_clip_surrogate", "plot_dashboard", "plot_history",
     "plot_next_token_distribution", "register_explorer", "sampling_explorer", "save_training_plots",

@@ -17,12 +17,14 @@ Where the frames go:
 - Anywhere else (a script, the CLI, terminal IPython): PNG files in `png_dir`, Agg only, no display.
 `mode="notebook"|"png"` forces one.
 
-Cost. A redraw takes ~0.1-0.3 s on a laptop CPU, a lab RL step ~0.5-1 s. A redraw happens at most
-every `refresh_every` steps, never sooner than `min_interval` seconds after the last one, and (the
-`max_overhead` guard) only after enough training time that drawing stays under that fraction of
-the run: after a redraw that took d seconds the next waits d * (1 / max_overhead - 1) seconds.
-`bench/dashboard_overhead.py` measures it. The end of training (including Stop /
-KeyboardInterrupt: the trainer calls `on_train_end` from `finally`) always draws a last frame.
+Cost. A redraw (twelve axes rendered by Agg, PNG-encoded) takes ~0.1-0.3 s on a laptop CPU, and a
+lab RL step ~0.5-1 s. A redraw happens at most every `refresh_every` steps, never sooner than
+`min_interval` seconds after the last one, and (the `max_overhead` guard) only after enough
+training that drawing adds at most that fraction to the run's time: after a redraw that took d
+seconds the next waits d / max_overhead seconds. So the default slows training by <= 10% on any
+machine, whatever the step time. `bench/dashboard_overhead.py` measures it. The end of training
+(Stop / KeyboardInterrupt included: the trainer calls `on_train_end` from `finally`) always draws
+a last frame.
 
 A dashboard never stops training: a drawing error becomes one warning (`last_error` keeps it)
 unless `raise_errors=True`, which the tests use.
@@ -30,6 +32,7 @@ unless `raise_errors=True`, which the tests use.
 
 from __future__ import annotations
 
+import statistics
 import time
 import warnings
 from pathlib import Path
@@ -50,7 +53,7 @@ class LiveDashboard(Callback):
     Args:
         refresh_every: redraw at most every this many steps.
         min_interval: seconds that must pass between two redraws.
-        max_overhead: keep redrawing time under about this fraction of wall time (None: no guard).
+        max_overhead: drawing may add at most this fraction to the training time (None: no guard).
         x: "step" or "wall_time" (seconds of training, evaluation excluded) for the curves.
         mode: "auto" (notebook inside a Jupyter kernel, else png), "notebook" or "png".
         png_dir: where png mode writes `dashboard.png` (overwritten at each redraw).
@@ -99,6 +102,8 @@ class LiveDashboard(Callback):
 
     def on_train_begin(self, trainer) -> None:
         self.handle = None  # each train() call gets its own output, in the cell that runs it
+        previous = getattr(trainer, "distributions", None)  # train() again: start from its last step
+        self.distributions = previous[-1] if previous else None
         self.draw(trainer)
 
     def on_step_end(self, trainer, metrics: dict, distributions=None) -> None:
@@ -126,7 +131,8 @@ class LiveDashboard(Callback):
         since = time.perf_counter() - self._last_draw_end
         wait = self.min_interval
         if self.max_overhead is not None and self.draw_times:
-            wait = max(wait, self.draw_times[-1] * (1 / self.max_overhead - 1))  # d / (d + wait) <= max_overhead
+            draw = statistics.median(self.draw_times[-5:])  # one slow frame (a busy machine) is noise
+            wait = max(wait, draw / self.max_overhead)  # draw / wait <= max_overhead
         return since >= wait
 
     def draw(self, trainer) -> None:
@@ -168,6 +174,10 @@ class LiveDashboard(Callback):
         (self.png_dir / "dashboard.png").write_bytes(png)
         if self.keep_frames:
             (self.png_dir / f"step_{step:06d}.png").write_bytes(png)
+
+    def _repr_png_(self) -> bytes:
+        """`dash` as the last line of a cell shows the latest frame again."""
+        return figure_png(self.figure, dpi="figure")
 
     @property
     def total_draw_time(self) -> float:

@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
 from .style import (
     CLIP_SHADE_COLOR,
@@ -39,6 +39,8 @@ COMPACT_RC = {
     "font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7,
     "xtick.labelsize": 7, "ytick.labelsize": 7, "legend.frameon": False,
     "axes.spines.top": False, "axes.spines.right": False, "axes.formatter.useoffset": False,
+    # A fixed title height spares matplotlib measuring every tick label to place each title.
+    "axes.titley": 1.02,
 }
 
 DASHBOARD_PANELS = (
@@ -90,10 +92,26 @@ def config_value(config, name: str, default=None):
 # curve panels (x = step or training wall time)
 
 
-def histogram(ax: Axes, values: np.ndarray, bins: int, color: str) -> None:
-    """A filled histogram drawn as one artist (ax.stairs): far cheaper to redraw than ax.hist's bars."""
+def histogram(ax: Axes, values: np.ndarray, bins: int, color: str, log_if_wide: bool = False) -> None:
+    """A filled histogram drawn as one artist (ax.stairs): far cheaper to redraw than ax.hist's bars.
+
+    log_if_wide: log counts when they span more than a decade, so that rare values stay visible.
+    """
     counts, edges = np.histogram(values, bins=bins)
+    count_scale(ax, "log" if log_if_wide and counts.max() >= 20 else "linear")
     ax.stairs(counts, edges, fill=True, color=color, alpha=0.85)
+
+
+def count_scale(ax: Axes, scale: str) -> None:
+    """Switch the y-axis of a histogram between linear and log counts (only when it changes)."""
+    if ax.get_yscale() == scale:
+        return
+    ax.set_yscale(scale)
+    if scale == "log":
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # 1, 10, 100
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    else:
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
 
 
 # The dashboard has no legends (they were a large share of a redraw): each title says which line is which.
@@ -102,10 +120,12 @@ def histogram(ax: Axes, values: np.ndarray, bins: int, color: str) -> None:
 def draw_reward(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = "C0") -> None:
     """Mean reward with a +-1 std band (dark) and the min-max range (light)."""
     xs, mean = x_values(history, x), column(history, "reward_mean")
-    ax.set(title="reward: mean, +-std (dark), min-max (light)", xlabel=x_label(x), ylabel="reward per completion")
+    ax.set(title="reward: mean, +-std (dark), min-max (light)", xlabel=x_label(x),
+           ylabel="reward per completion")
     if mean is None:
         return note(ax, "no training step yet")
-    low, high, std = column(history, "reward_min"), column(history, "reward_max"), column(history, "reward_std")
+    low, high = column(history, "reward_min"), column(history, "reward_max")
+    std = column(history, "reward_std")
     if low is not None and high is not None:
         ax.fill_between(xs, low, high, color=color, alpha=0.12, linewidth=0)
     if std is not None:
@@ -116,8 +136,8 @@ def draw_reward(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = "
 def draw_accuracy(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = "C0") -> None:
     """Rollout accuracy (sampled at the training temperature) and held-out greedy accuracy (dots)."""
     xs = x_values(history, x)
-    ax.set(title="accuracy: rollout (line), held-out greedy (dots)", xlabel=x_label(x), ylabel="fraction correct",
-           ylim=(-0.03, 1.03))
+    ax.set(title="accuracy: rollout (line), held-out greedy (dots)", xlabel=x_label(x),
+           ylabel="fraction correct", ylim=(-0.03, 1.03))
     rollout, held_out = column(history, "accuracy"), column(history, "eval_accuracy")
     if rollout is None and held_out is None:
         return note(ax, "no accuracy yet")
@@ -163,7 +183,8 @@ def draw_clip(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = "C0
     drawn = draw_lines(ax, history, [("clip_frac_low", "--"), ("clip_frac_high", "-")],
                        "clipped: at 1-eps dashed, at 1+eps solid", "fraction of tokens", x, color)
     total = column(history, "clip_frac")
-    if drawn and total is not None and np.nanmax(np.abs(total)) == 0 and config_value(config, "on_policy", False):
+    never_clipped = total is not None and np.nanmax(np.abs(total)) == 0
+    if drawn and never_clipped and config_value(config, "on_policy", False):
         ax.text(0.02, 0.95, "0: on-policy, every ratio is 1", transform=ax.transAxes, va="top", fontsize=7)
 
 
@@ -241,7 +262,7 @@ def draw_groups(ax: Axes, distributions, color: str = "C0", algo: str | None = N
 
 def draw_ratios(ax: Axes, ratios: torch.Tensor | None, level: str = "token", color: str = "C0",
                 clip_range: tuple[float, float] | None = None) -> None:
-    """Histogram (log counts) of importance ratios pi_theta / pi_old over every pass of a step.
+    """Histogram of the importance ratios pi_theta / pi_old over every pass of a step.
 
     level: "token" (one ratio per token) or "sequence" (one per completion: GSPO's s_i, for the
     others exp(mean_t log r_t)). clip_range: (1 - eps_low, 1 + eps_high), drawn when this level is
@@ -254,16 +275,15 @@ def draw_ratios(ax: Axes, ratios: torch.Tensor | None, level: str = "token", col
         return note(ax, "no ratios recorded")
     values = ratios.float()
     values = values[torch.isfinite(values)].numpy()
-    if ax.get_yscale() != "log":
-        ax.set_yscale("log")  # the tails (the tokens the clip acts on) are few
     if values.size and np.all(values == 1.0):
         # On-policy (one pass, one minibatch) pi_old is pi_theta itself: r = 1 and the clip is idle.
+        count_scale(ax, "linear")
         ax.bar([1.0], [values.size], width=0.02, color=color)
         ax.set_xlim(0.9, 1.1)
         ax.text(0.5, 0.97, f"all {values.size} ratios are exactly 1\n(on-policy: the clip never acts)",
                 transform=ax.transAxes, ha="center", va="top", fontsize=7, color="#555555")
         return None
-    histogram(ax, values, 40, color)
+    histogram(ax, values, 40, color, log_if_wide=True)  # the tails, where the clip acts, are few
     if clip_range is not None:
         low, high = clip_range
         # Keep both bounds in view: where the ratios sit relative to the clip is the point.
@@ -276,8 +296,7 @@ def draw_ratios(ax: Axes, ratios: torch.Tensor | None, level: str = "token", col
         ax.axvspan(high, xmax, color=CLIP_SHADE_COLOR, alpha=0.25, linewidth=0)
         ax.set_xlim(xmin, xmax)
         outside = float(np.mean((values < low) | (values > high)))
-        ax.text(0.98, 0.95, f"{outside:.1%} outside [1-eps, 1+eps]", transform=ax.transAxes, ha="right",
-                va="top", fontsize=7)
+        ax.set_title(f"{level} ratios: {outside:.1%} outside the clip range")
 
 
 def clip_range_of(config) -> tuple[float, float] | None:
@@ -312,7 +331,9 @@ def make_dashboard_axes(fig: Figure) -> dict[str, Axes]:
     for name, ax in axes.items():
         # Few ticks and no grid: tick labels and grid lines are most of what a redraw renders.
         ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=name in curves))  # steps are whole numbers
-        ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
+        counts = name in ("advantages", "token_ratios", "sequence_ratios")
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=4, integer=counts))
+        ax.xaxis.set_label_coords(0.5, -0.16)  # fixed, like the titles: no tick-label measuring
     return axes
 
 
@@ -364,8 +385,8 @@ def draw_dashboard(axes: Mapping[str, Axes], history: pd.DataFrame | None, distr
         clip_range, level = clip_range_of(config), clipped_level(config)
         draw_ratios(axes["token_ratios"], None if dist is None else dist.token_ratios, "token", color,
                     clip_range if level == "token" else None)
-        draw_ratios(axes["sequence_ratios"], None if dist is None else dist.sequence_ratios, "sequence", color,
-                    clip_range if level == "sequence" else None)
+        draw_ratios(axes["sequence_ratios"], None if dist is None else dist.sequence_ratios, "sequence",
+                    color, clip_range if level == "sequence" else None)
     return dashboard_title(history, algo)
 
 
@@ -429,7 +450,8 @@ def plot_history(
         raise ValueError(f"smooth must be an integer >= 1, got {smooth!r}")
     if isinstance(histories, pd.DataFrame):
         if label is None:
-            label = str(histories["algo"].iloc[0]) if "algo" in histories.columns and len(histories) else "run"
+            has_algo = "algo" in histories.columns and len(histories)
+            label = str(histories["algo"].iloc[0]) if has_algo else "run"
         histories = {label: histories}
     metrics = list(metrics)
     if not metrics:

@@ -19,7 +19,14 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from ..model.rope import angle_precision_error, relative_score, rope_decay_bound, rope_inv_freq, rotate_2d
+from ..model.rope import (
+    angle_precision_error,
+    apply_rope,
+    relative_score,
+    rope_decay_bound,
+    rope_inv_freq,
+    rotate_2d,
+)
 from .style import new_figure
 from .widgets import LogSlider, make_explorer, register_explorer
 
@@ -140,9 +147,9 @@ def plot_pairings(head_dim: int = 8) -> Figure:
             ax.add_patch(_square(dim, y, colors[pair]))
             ax.text(dim + 0.5, y + 0.45, f"i={pair}", ha="center", va="center", fontsize=9, color="white",
                     fontweight="bold")
-            ax.text(dim + 0.5, y - 0.1, f"dim {dim}", ha="center", va="center", fontsize=7, color="#444444")
-        ax.text(0, y + 1.0, title, fontsize=10, va="center")
-    ax.set(xlim=(-0.2, head_dim + 0.2), ylim=(-0.4, 2.3))
+            ax.text(dim + 0.5, y + 0.02, f"dim {dim}", ha="center", va="bottom", fontsize=7, color="white")
+        ax.text(0.05, y + 0.97, title, fontsize=10, va="center")
+    ax.set(xlim=(-0.2, head_dim + 0.2), ylim=(-0.1, 2.15))
     ax.axis("off")
     return fig
 
@@ -186,31 +193,60 @@ def plot_relative_scores(q: torch.Tensor, k: torch.Tensor, num_positions: int = 
     return fig
 
 
-def plot_decay_bound(max_distance: int = 10000, head_dim: int = 128,
-                     bases: Sequence[float] = (10000.0, 500000.0), num_points: int = 2000) -> Figure:
-    """RoFormer's long-term decay bound (section 3.4.3) against the relative distance |m - n|.
+def logits_at_distance(q: torch.Tensor, k: torch.Tensor, distances: torch.Tensor, base: float = 10000.0
+                       ) -> torch.Tensor:
+    """<R_0 q, R_delta k> = <q, R_delta k> for many (q, k) pairs and distances.
 
-    Solid: (1/(d/2)) sum_j |S_j| from `rope_decay_bound`, for each base. Dotted (base 10000): the
-    actual logit for q = k = all-ones, divided by d/2 -- the vector the bound is nearly tight for.
-    Log x axis, distances 0 .. max_distance in tokens.
+    q, k: (num_pairs, head_dim); distances: (num_distances,) ints. Returns float32 (num_pairs, num_distances).
     """
-    distances = torch.unique(torch.cat((torch.arange(0, 50), torch.logspace(0, math.log10(max_distance),
+    inv_freq, _ = rope_inv_freq(q.shape[-1], base)
+    angles = distances.double()[:, None] * inv_freq.double()  # (D, d/2)
+    keys = k.float()[:, None, None, :].expand(-1, 1, len(distances), -1)  # (N, heads=1, D, d)
+    rotated = apply_rope(keys, angles.cos().float(), angles.sin().float())[:, 0]  # (N, D, d)
+    return (rotated * q.float()[:, None, :]).sum(-1)
+
+
+def plot_decay_bound(max_distance: int = 10000, head_dim: int = 128,
+                     bases: Sequence[float] = (10000.0, 500000.0), num_points: int = 2000,
+                     num_random: int = 256, seed: int = 0) -> Figure:
+    """RoFormer's long-term decay bound (section 3.4.3) against the relative distance |m - n| (log x).
+
+    Left: (1/(d/2)) sum_j |S_j| from `rope_decay_bound`, for each base, distances 1 .. max_distance
+    (the value at 0 is d/4 + 1/2). Right, everything divided by its value at distance 0 (first base):
+    the bound; the logit for q = k = all-ones (= 2 sum_i cos(|m-n| theta_i)); and the root-mean-square
+    logit of `num_random` independent Gaussian (q, k) pairs, which does not decay at all.
+    """
+    distances = torch.unique(torch.cat((torch.arange(1, 50), torch.logspace(0, math.log10(max_distance),
                                                                            num_points).round())).long())
-    fig = new_figure((7.2, 4.0))
-    ax = fig.subplots()
+    fig = new_figure((11.0, 4.0))
+    left, right = fig.subplots(1, 2)
     for index, base in enumerate(bases):
         bound = rope_decay_bound(distances, head_dim, base)
-        ax.plot(distances.clamp_min(1).numpy(), bound.numpy(), color=f"C{index}", linewidth=1.5,
-                label=f"bound, base {base:g}")
-    ones = torch.ones(head_dim)
-    logits = relative_score(ones, ones, torch.zeros_like(distances), distances, base=bases[0]) / (head_dim // 2)
-    ax.plot(distances.clamp_min(1).numpy(), logits.numpy(), color="C0", linestyle=":", linewidth=1,
-            label=f"logit for q = k = 1 (/ (d/2)), base {bases[0]:g}")
-    ax.set_xscale("log")
-    ax.set(xlabel="relative distance |m - n| (tokens; 0 drawn at 1)", ylabel="relative upper bound",
-           title=f"RoPE long-range decay, d = {head_dim}")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(frameon=False, fontsize=8)
+        left.plot(distances.numpy(), bound.numpy(), color=f"C{index}", linewidth=1.2, label=f"base {base:g}")
+    left.set(xscale="log", xlabel="relative distance |m - n| (tokens)", ylabel="(1/(d/2)) sum_j |S_j|",
+             title=f"RoFormer's relative upper bound, d = {head_dim}")
+
+    base = bases[0]
+    with_zero = torch.cat((torch.zeros(1, dtype=torch.long), distances))
+    bound = rope_decay_bound(with_zero, head_dim, base)
+    ones = torch.ones(1, head_dim)
+    ones_logit = logits_at_distance(ones, ones, with_zero, base)[0]
+    generator = torch.Generator().manual_seed(seed)
+    q = torch.randn(num_random, head_dim, generator=generator)
+    k = torch.randn(num_random, head_dim, generator=generator)
+    random_rms = logits_at_distance(q, k, with_zero, base).pow(2).mean(0).sqrt()
+    x = distances.numpy()
+    right.plot(x, (bound[1:] / bound[0]).numpy(), color="C0", linewidth=1.2, label="bound")
+    right.plot(x, (ones_logit[1:] / ones_logit[0]).numpy(), color="black", linestyle=":", linewidth=1,
+               label="logit, q = k = all-ones")
+    right.plot(x, (random_rms[1:] / random_rms[0]).numpy(), color="#d55e00", linewidth=1,
+               label=f"RMS logit, {num_random} random (q, k)")
+    right.axhline(0, color="grey", linewidth=0.6)
+    right.set(xscale="log", xlabel="relative distance |m - n| (tokens)", ylabel="value / value at distance 0",
+              title=f"relative to distance 0 (base {base:g})")
+    for ax in (left, right):
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(frameon=False, fontsize=8)
     return fig
 
 

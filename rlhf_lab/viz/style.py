@@ -87,7 +87,8 @@ def algo_color(name: str | None, index: int = 0) -> str:
 
 
 def in_notebook() -> bool:
-    """True inside a Jupyter kernel (JupyterLab, VS Code, Colab, nbclient); False in a script or terminal IPython."""
+    """True inside a Jupyter kernel (JupyterLab, VS Code, Colab, nbclient); False in a script or in
+    terminal IPython."""
     ipython = sys.modules.get("IPython")  # never import IPython just to ask
     if ipython is None:
         return False

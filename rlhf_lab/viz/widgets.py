@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from ..rl.config import RLConfig
 from ..rl.gspo import GSPOConfig
@@ -107,7 +108,8 @@ def _control(spec, default):
         control = ipywidgets.FloatLogSlider(value=value, base=10, min=math.log10(spec.min),
                                             max=math.log10(spec.max), step=0.01, readout_format=".2g")
     else:
-        control = ipywidgets.interactive.widget_from_abbrev(spec, inspect.Parameter.empty if default is None else default)
+        start = inspect.Parameter.empty if default is None else default
+        control = ipywidgets.interactive.widget_from_abbrev(spec, start)
     if hasattr(control, "continuous_update"):
         control.continuous_update = False
     return control
@@ -145,7 +147,8 @@ def make_explorer(plot_fn: Callable[..., Figure], fixed: dict | None = None, use
         # PNG bytes render the same under every backend and need no ipympl.
         display(Image(data=figure_png(figure, dpi=dpi), format="png"))
 
-    defaults = {name: None if p.default is inspect.Parameter.empty else p.default for name, p in parameters.items()}
+    defaults = {name: None if parameter.default is inspect.Parameter.empty else parameter.default
+                for name, parameter in parameters.items()}
     controls = {name: _control(spec, defaults[name]) for name, spec in sliders.items()}
     return ipywidgets.interactive(show, **controls)
 
@@ -225,16 +228,17 @@ def plot_next_token_distribution(
     for stage in explanation["removed_by"]:
         if stage is not None:
             removed_counts[stage] = removed_counts.get(stage, 0) + 1
-    removed_text = ", ".join(f"{stage} {count}" for stage, count in removed_counts.items()) or "none"
-    top.bar([], [], color=KEPT_COLOR, label=f"kept ({int(kept.sum())} tokens)")
-    top.bar([], [], color=REMOVED_COLOR, label=f"removed: {removed_text}")
-    top.legend(loc="upper right", frameon=False, fontsize=8)
+    removed_text = ", ".join(f"{stage}: {count}" for stage, count in removed_counts.items()) or "no filter"
+    top.legend(handles=[Patch(color=KEPT_COLOR, label=f"kept: {int(kept.sum())} tokens"),
+                        Patch(color=REMOVED_COLOR, label=f"removed by {removed_text}")],
+               loc="upper right", frameon=False, fontsize=8)
     stages = " -> ".join(explanation["stages"]) or "no filter active"
     top.set(title=f"next token after {prompt!r}   ({stages})", ylabel="probability before truncation")
     bottom.bar(positions, explanation["probs_final"][order].numpy(), color=colors, edgecolor="none")
     hidden = float(before.sum() - before[order].sum())
     bottom.set(ylabel="probability sampled from",
-               xlabel=f"token (the {len(ids)} most likely; the other {len(before) - len(ids)} hold p = {hidden:.3f})")
+               xlabel=f"token (the {len(ids)} most likely; the other {len(before) - len(ids)} "
+                      f"hold p = {hidden:.3f})")
     bottom.set_xticks(positions, labels)
     for ax in (top, bottom):
         ax.set_ylim(0, None)
@@ -264,7 +268,7 @@ CLIP_DEFAULTS = {  # level -> (epsilon, epsilon_high): the configs' own defaults
 
 
 def clip_surrogate_curves(ratios: torch.Tensor, advantage: float, epsilon: float, epsilon_high: float):
-    """(objective, clipped mask) along `ratios` (n,) for one advantage: objective = -loss of clipped_surrogate."""
+    """(objective (n,), clipped (n,) bool) along `ratios` (n,); objective = -loss of clipped_surrogate."""
     advantages = torch.full_like(ratios, float(advantage))
     loss, low, high = clipped_surrogate(ratios[None], advantages[None], epsilon, epsilon_high)
     return -loss[0], (low | high)[0]  # min(r A, clip(r, 1-eps, 1+eps_high) A), and where the gradient is 0
@@ -272,7 +276,7 @@ def clip_surrogate_curves(ratios: torch.Tensor, advantage: float, epsilon: float
 
 def plot_clip_surrogate(epsilon: float | None = None, epsilon_high: float | None = None, level: str = "token",
                         advantage: float = 1.0, num_points: int = 801) -> Figure:
-    """The clipped surrogate min(r A, clip(r, 1-eps, 1+eps_high) A) against the ratio r (2 axes: A > 0, A < 0).
+    """min(r A, clip(r, 1-eps, 1+eps_high) A) against the ratio r, in 2 axes: A > 0 and A < 0.
 
     Shaded: where the clip is active and the gradient with respect to r is zero.
     level="token" (PPO, GRPO: r is one token's pi/pi_old, eps ~ 0.2) or "sequence" (GSPO: r is the
@@ -304,8 +308,8 @@ def plot_clip_surrogate(epsilon: float | None = None, epsilon_high: float | None
         A = sign * abs(advantage)
         objective, clipped = clip_surrogate_curves(ratios, A, epsilon, epsilon_high)
         r = ratios.numpy()
-        ax.fill_between(r, 0, 1, where=clipped.numpy(), transform=ax.get_xaxis_transform(), color=CLIP_SHADE_COLOR,
-                        alpha=0.4, linewidth=0, label="clipped: gradient 0")
+        ax.fill_between(r, 0, 1, where=clipped.numpy(), transform=ax.get_xaxis_transform(),
+                        color=CLIP_SHADE_COLOR, alpha=0.4, linewidth=0, label="clipped: gradient 0")
         ax.plot(r, r * A, color="grey", linestyle="--", linewidth=1, label="r A (unclipped)")
         ax.plot(r, objective.numpy(), color=color, linewidth=2, label="min(r A, clip(r) A)", gid="surrogate")
         for bound in (1 - epsilon, 1 + epsilon_high):
