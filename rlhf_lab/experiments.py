@@ -84,7 +84,7 @@ def train_run(config, out_dir: str | Path, progress: bool = True, save_checkpoin
     try:
         from .viz import save_training_plots
 
-        save_training_plots(trainer.history, trainer.distributions, out / "plots")
+        save_training_plots(trainer.history, trainer.distributions, out / "plots", config=trainer.config)
     except ImportError:  # plotting is optional for the CLI
         pass
     if save_checkpoint:

@@ -15,7 +15,7 @@ from rlhf_lab.rl import Trainer, make_config
 @pytest.mark.slow
 def test_grpo_lifts_heldout_accuracy_from_the_shipped_checkpoint():
     model, tokenizer, meta = load_checkpoint("addition_rl_start")
-    config = make_config("grpo", steps=40, eval_every=40, eval_examples=300, seed=0)
+    config = make_config("grpo", steps=60, eval_every=60, eval_examples=300, seed=0)
     trainer = Trainer(config, model=model, tokenizer=tokenizer)
     history = trainer.train()
     before = history["eval_accuracy"].iloc[0]

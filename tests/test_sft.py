@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 import torch
@@ -108,6 +107,7 @@ def test_cli_sft_writes_a_loadable_checkpoint(tmp_path, capsys):
         p.name for p in folder.iterdir()}
     model, tokenizer, meta = load_checkpoint(folder)
     assert meta["steps"] == 4 and meta["sft"]["learning_rate"] == 1e-3 and meta["sft"]["seed"] == 1
+    assert meta["overrides"] == {"steps": 4, "learning_rate": 1e-3, "seed": 1}
     assert meta["sft"]["eval_every"] == PRESETS["addition_rl_start"].sft.eval_every  # the rest is the preset's
     assert not meta["in_band"] and 0.0 <= meta["accuracy"] < 0.3  # 4 steps cannot learn addition
     assert meta["num_parameters"] == model.num_parameters()
@@ -125,4 +125,11 @@ def test_cli_rejects_invalid_overrides(tmp_path, capsys):
     assert exit_info.value.code == 2
     assert "batch_size must be" in capsys.readouterr().err
     assert not (tmp_path / "addition_sft").exists()
-    assert math.isfinite(PRESETS["addition_sft"].sft.learning_rate)
+
+
+def test_cli_data_writes_the_task_files(tmp_path):
+    out = tmp_path / "tasks"
+    assert main(["data", "--out-dir", str(out), "--n-train", "12", "--n-test", "4", "--n-ood", "3"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["tasks"]["addition"]["files"]["train"]["examples"] == 12
+    assert len((out / "addition_test.jsonl").read_text().splitlines()) == 4

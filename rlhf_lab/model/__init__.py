@@ -1,7 +1,15 @@
 """The lab's tiny Llama: config, decoder, RoPE, KV caches and Hugging Face interop."""
 
 from .config import ROPE_TYPES, ModelConfig
-from .hf import CheckpointError, config_from_hf, config_to_hf, from_hf, from_pretrained, save_pretrained, to_hf
+from .hf import (
+    CheckpointError,
+    config_from_hf,
+    config_to_hf,
+    from_hf,
+    from_pretrained,
+    save_pretrained,
+    to_hf,
+)
 from .kv_cache import DynamicCache, KVCache, StaticCache, kv_cache_bytes
 from .transformer import LlamaModel, ModelOutput, RMSNorm, build_attention_mask
 

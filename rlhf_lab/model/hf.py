@@ -181,7 +181,9 @@ def _atomic_write_folder(folder: Path, write) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
     try:
         write(tmp)
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; a checkpoint is meant to be shared
         for f in tmp.iterdir():  # flush file contents before the rename makes them visible
+            os.chmod(f, 0o644)
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
         if folder.exists():

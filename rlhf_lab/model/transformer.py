@@ -24,6 +24,9 @@ from .kv_cache import KVCache
 from .rope import RotaryEmbedding, apply_rope
 
 
+_fused_rms_norm = getattr(F, "rms_norm", None)
+
+
 class RMSNorm(nn.Module):
     """y = x / sqrt(mean(x^2) + eps) * weight, computed in float32 whatever the input dtype."""
 
@@ -33,6 +36,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if _fused_rms_norm is not None:  # one fused kernel, same formula (torch >= 2.4)
+            return self.weight * _fused_rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(x.dtype)
@@ -59,7 +64,7 @@ class Attention(nn.Module):
         x: torch.Tensor,  # (B, T, C)
         cos: torch.Tensor,  # (B, T, D/2) float32
         sin: torch.Tensor,  # (B, T, D/2) float32
-        mask: torch.Tensor | None,  # (B, 1, T, S) bool, True = may attend; None = plain causal
+        mask: torch.Tensor | None,  # (B, 1, T, S) bool, True = may attend; None = attend to all (T = 1)
         cache: KVCache | None,
     ) -> torch.Tensor:
         B, T, _ = x.shape
@@ -71,13 +76,26 @@ class Attention(nn.Module):
         if cache is not None:
             # The cache stores keys AFTER RoPE and BEFORE the GQA repeat, as transformers does.
             k, v = cache.update(self.layer_idx, k, v)  # (B, K, S, D)
-        groups = self.num_heads // self.num_kv_heads
-        if groups > 1:  # (B, K, S, D) -> (B, H, S, D): each kv head serves `groups` query heads
-            k = k.repeat_interleave(groups, dim=1)
-            v = v.repeat_interleave(groups, dim=1)
-        # softmax(q k^T / sqrt(D) + mask) v
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and T > 1)
+        out = grouped_attention(q, k, v, mask)  # (B, H, T, D)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim))
+
+
+def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D) + mask) v with grouped-query heads, without copying k and v.
+
+    q (B, H, T, D); k, v (B, K, S, D); mask (B, 1, T, S) bool or None (then T must be 1).
+    The G = H / K query heads that share kv head j are stacked along the query axis, so one batched
+    matmul per kv head serves all of them: (B, K, G*T, D) @ (B, K, D, S). Transformers instead
+    repeats k and v G times (`repeat_kv`); the result is the same, the copy is not needed.
+    """
+    B, H, T, D = q.shape
+    K, S = k.shape[1], k.shape[2]
+    G = H // K
+    scores = (q.reshape(B, K, G * T, D) @ k.transpose(-1, -2)) * D**-0.5  # (B, K, G*T, S)
+    if mask is not None:
+        scores = scores.view(B, K, G, T, S).masked_fill(~mask[:, None], float("-inf")).view(B, K, G * T, S)
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)  # softmax in float32
+    return (probs @ v).view(B, H, T, D)
 
 
 class MLP(nn.Module):
@@ -132,12 +150,12 @@ def build_attention_mask(
     Key s is visible to new token t when it is not in the future (s <= past_len + t) and is not
     padding (attention_mask[:, s] == 1). A padding query (left padding) would see no key at all and
     its softmax would be 0/0, so every query may always see itself; its output is never used.
-    Returns None when the plain causal mask is enough (no padding anywhere).
+    Returns None when one new token may see every key (decoding without padding).
     """
-    if attention_mask is None or bool(attention_mask.all()):
-        if num_new == 1 or past_len == 0:
-            return None  # one new token sees everything; or SDPA's is_causal handles it
+    if attention_mask is not None and bool(attention_mask.all()):
         attention_mask = None
+    if attention_mask is None and num_new == 1:
+        return None
     total = past_len + num_new
     key_pos = torch.arange(total, device=device)
     query_pos = torch.arange(past_len, total, device=device)

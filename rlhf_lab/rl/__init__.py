@@ -6,7 +6,7 @@
 """
 
 from .algorithm import Algorithm, LossInfo
-from .baselines import RLOO, ReMax, ReMaxConfig, Reinforce, ReinforceConfig, RLOOConfig
+from .baselines import RLOO, Reinforce, ReinforceConfig, ReMax, ReMaxConfig, RLOOConfig
 from .config import RLConfig
 from .grpo import GRPO, GRPOConfig
 from .gspo import GSPO, GSPOConfig

@@ -173,7 +173,10 @@ def generate(
     for t in range(T_max):
         width = P + t
         scores = process_logits(logits, ids[:, :width], config, mask[:, :width])
-        tokens, token_logprobs = sample_next_token(scores, config, generator)
+        if config.do_sample or logprobs is not None:
+            tokens, token_logprobs = sample_next_token(scores, config, generator)
+        else:  # plain greedy: the argmax is all we need
+            tokens = scores.argmax(dim=-1)
         tokens = tokens.masked_fill(done, pad_id)  # finished rows keep emitting padding
         ids[:, width] = tokens
         completion_mask[:, t] = (~done).long()
