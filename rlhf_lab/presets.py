@@ -221,11 +221,14 @@ same number and its band are stored in each `config.json` under `"rlhf_lab"`, an
 included) with one thread on the 2-core CPU that made them: the wall time on an idle core. The wall
 time of the actual run, on a machine shared with other jobs, is in the metadata (`train_seconds`).
 
-## Model: {size}
+## Model
+
+`lab_model_config({size})`: the lab's Llama with tied embeddings.
 
 Chosen for speed: RL cost grows with model size, and the RL notebooks must show learning within
-minutes. Of the sizes tried (head_dim 16, GQA), it is the smallest and cheapest. SFT step (batch 64, one thread): hidden 64 / 2 layers
-(96k parameters) 28 ms, 64 / 3 layers 40 ms, 96 / 2 layers 45 ms, 128 / 4 layers (746k) 113 ms.
+minutes. Of the sizes tried (head_dim 16, GQA), it is the smallest and cheapest. CPU time of one
+SFT step (batch 64, one thread): hidden 64 / 2 layers (96k parameters) 30 ms, 64 / 3 layers 39 ms,
+96 / 2 layers 43 ms, 128 / 4 layers (746k) 108 ms.
 With the learning rate 3e-3, 64 / 2 reached 99-100% within 1500 steps for three seeds out of four
 (the fourth was at 44%), so it has the capacity; 96 / 2 was no more reliable (two seeds out of three
 still at 10% after 1500 steps). `initializer_range` is 0.06 rather than Llama's 0.02: at width 64,
@@ -233,8 +236,11 @@ std 0.02 starts attention almost uniform with tiny gradients, and SFT sat at ~10
 1500 steps. A learning rate of 5e-3 was not more reliable than 3e-3 (seed 0 stayed at 12%).
 
 Learning is not smooth: accuracy sits near 10% for hundreds of steps while one digit column is
-still guessed (the tens column, 88% wrong at step 1100 of the shipped run), then climbs from 15% to
-80% within about 100 steps. That is why `addition_rl_start` evaluates every 10 steps.
+still guessed (in the shipped run the units digit, 90% wrong at step 600), then climbs from 15% to
+81% in 100 steps (steps 650-750). That is why `addition_rl_start` evaluates every 10 steps. Which
+column lags, and for how long, changes with the seed and even with the float rounding of the model
+code, so a regenerated `addition_rl_start` may stop at another step, still at the first evaluation
+above 45%, inside its 30-70% band.
 
 ## Regenerate
 

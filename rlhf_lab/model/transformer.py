@@ -23,7 +23,6 @@ from .config import ModelConfig
 from .kv_cache import KVCache
 from .rope import RotaryEmbedding, apply_rope
 
-
 _fused_rms_norm = getattr(F, "rms_norm", None)
 
 

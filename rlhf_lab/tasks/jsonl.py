@@ -28,6 +28,10 @@ DEFAULT_DATASETS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("sort", {"length": 5}),
 )
 DEFAULT_SIZES = {"n_train": 4000, "n_test": 500, "n_ood": 500}
+# The split is drawn with this many training problems, the size SFT and the RL trainer use
+# (SFTConfig.n_train, RLConfig.n_train), and the files keep the first n_train of them. So the test
+# files hold exactly the held-out problems the shipped checkpoints never saw.
+SPLIT_N_TRAIN = 20000
 
 
 def example_to_json(example: Example) -> str:
@@ -87,7 +91,8 @@ def write_datasets(
     }
     for name, params in datasets:
         task = get_task(name, **params)
-        train, test = task.make_split(seed, n_train, n_test)
+        train, test = task.make_split(seed, max(n_train, min(SPLIT_N_TRAIN, task.space_size() - n_test)), n_test)
+        train = train[:n_train]
         ood = task.make_ood_test(seed, n_ood)
         files = {}
         for split, examples in (("train", train), ("test", test), ("ood", ood)):
