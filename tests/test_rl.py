@@ -63,7 +63,7 @@ def test_on_policy_ratio_is_exactly_one_and_off_policy_is_not():
     on = make_trainer("grpo").train()
     assert (on["ratio_min"].iloc[1:] == 1.0).all() and (on["ratio_max"].iloc[1:] == 1.0).all()
     assert (on["clip_frac"].iloc[1:] == 0.0).all()
-    trainer = make_trainer("grpo", num_minibatches=2, num_iterations=2, learning_rate=1e-2)
+    trainer = make_trainer("grpo", num_minibatches=2, num_iterations=2, learning_rate=3e-3, steps=4, prompts_per_step=8)
     trainer.reward_fn = count_ones_reward
     off = trainer.train()
     updated = off[off["adv_std"] > 0]  # steps with a learning signal

@@ -42,6 +42,11 @@ class Algorithm:
         if not isinstance(config, self.config_class):
             raise TypeError(f"{type(self).__name__} needs a {self.config_class.__name__}, got {type(config).__name__}")
         self.config = config
+        self.max_completion_length: int | None = None  # set by the Trainer; Dr. GRPO's constant divisor
+
+    def length_constant(self, completion_mask: torch.Tensor) -> int:
+        """The constant L of `dr_grpo` aggregation: the generation budget, not this batch's width."""
+        return self.max_completion_length or completion_mask.shape[1]
 
     def compute_advantages(self, rollout: Rollout) -> None:
         raise NotImplementedError  # each algorithm module defines it

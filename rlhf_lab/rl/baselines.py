@@ -69,7 +69,7 @@ class _BaselineMethod(GRPO):
         # No clip: -ratio * A. Same value as -A on-policy, gradient A * grad log pi (REINFORCE).
         c, mask = self.config, minibatch.completion_mask
         ratio = self.importance_ratio(policy.logprobs, minibatch.old_logprobs, mask)
-        loss = aggregate(-ratio * minibatch.advantages, mask, c.loss_type, max_completion_length=mask.shape[1])
+        loss = aggregate(-ratio * minibatch.advantages, mask, c.loss_type, max_completion_length=self.length_constant(mask))
         never = torch.zeros_like(mask, dtype=torch.bool)
         return loss, self._info(loss, ratio, never, never, minibatch, policy)
 

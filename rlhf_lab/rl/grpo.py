@@ -60,11 +60,11 @@ class GRPO(Algorithm):
         c, mask = self.config, minibatch.completion_mask
         ratio = self.importance_ratio(policy.logprobs, minibatch.old_logprobs, mask)
         per_token, clipped_low, clipped_high = clipped_surrogate(ratio, minibatch.advantages, c.eps_low, c.eps_high)
-        policy_loss = aggregate(per_token, mask, c.loss_type, max_completion_length=mask.shape[1])
+        policy_loss = aggregate(per_token, mask, c.loss_type, max_completion_length=self.length_constant(mask))
         loss, kl_loss = policy_loss, torch.zeros(())
         if c.beta > 0:  # GRPO puts the KL in the loss (k3, always >= 0), not in the reward
             kl = kl_k3(policy.logprobs, minibatch.ref_logprobs)
-            kl_loss = aggregate(c.beta * kl, mask, c.loss_type, max_completion_length=mask.shape[1])
+            kl_loss = aggregate(c.beta * kl, mask, c.loss_type, max_completion_length=self.length_constant(mask))
             loss = policy_loss + kl_loss
         info = LossInfo(
             policy_loss=policy_loss.item(),

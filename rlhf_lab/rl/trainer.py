@@ -103,6 +103,7 @@ class Trainer:
         self.train_examples, test = self.task.make_split(0, config.n_train, config.n_test)  # data seed fixed
         self.eval_examples = test[: config.eval_examples]
         self.max_completion_length = config.max_completion_length or completion_budget(self.train_examples)
+        self.algorithm.max_completion_length = self.max_completion_length
         self.sampling = SamplingConfig(do_sample=True, temperature=config.temperature,
                                        max_new_tokens=self.max_completion_length, return_logprobs=True)
         self.sample_generator = torch.Generator(self.device).manual_seed(config.seed)
