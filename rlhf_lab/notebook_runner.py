@@ -5,7 +5,8 @@
 
 `clean_notebook` removes what breaks GitHub's renderer: the `widgets` entry of the notebook
 metadata (its absence is fine; a partial one gives "state key missing from metadata.widgets") and
-widget-view outputs whose state is not saved (a static figure is kept beside each widget).
+widget-view outputs (with their text fallback), whose state is not saved; every explorer leaves a
+static figure beside its widget.
 """
 
 from __future__ import annotations
@@ -28,11 +29,8 @@ def clean_notebook(nb) -> None:
             continue
         kept = []
         for output in cell.get("outputs", []):
-            data = output.get("data", {})
-            if WIDGET_MIME in data:
-                data.pop(WIDGET_MIME)
-                if not data:
-                    continue
+            if WIDGET_MIME in output.get("data", {}):
+                continue  # a live widget; its text fallback ("interactive(children=...)") is noise too
             kept.append(output)
         cell["outputs"] = kept
 
