@@ -24,9 +24,11 @@ IMPLEMENTATIONS = ["lab-static", "lab-dynamic", "lab-paged", "lab-int8", "lab-no
 PROMPT_LEN = 8
 
 
-def run_one(impl: str, batch: int, new_tokens: int, repeats: int) -> dict:
+def run_one(impl: str, batch: int, new_tokens: int, repeats: int, threads: int | None = None) -> dict:
     import torch
 
+    if threads:
+        torch.set_num_threads(threads)
     from rlhf_lab.model import LlamaModel, to_hf
     from rlhf_lab.sampling import SamplingConfig, generate
     from rlhf_lab.sft import lab_model_config
@@ -72,10 +74,11 @@ def main() -> None:
     parser.add_argument("--one", nargs=3, metavar=("IMPL", "BATCH", "NEW_TOKENS"), help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--impls", nargs="*", default=IMPLEMENTATIONS)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     args = parser.parse_args()
     if args.one:
         impl, batch, new = args.one
-        print(json.dumps(run_one(impl, int(batch), int(new), args.repeats)))
+        print(json.dumps(run_one(impl, int(batch), int(new), args.repeats, args.threads)))
         return
     import torch
 
@@ -83,7 +86,8 @@ def main() -> None:
     for batch, new in SETTINGS:
         for impl in args.impls:
             out = subprocess.run([sys.executable, __file__, "--one", impl, str(batch), str(new),
-                                  "--repeats", str(args.repeats)], capture_output=True, text=True, check=True)
+                                  "--repeats", str(args.repeats)] + (["--threads", str(args.threads)] if args.threads else []),
+                                 capture_output=True, text=True, check=True)
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(f"  {impl:12s} {batch}x{new}: {rows[-1]['tokens_per_s']:.0f} tok/s", file=sys.stderr, flush=True)
     print(f"Generation benchmark, {date.today()}, {platform.machine()} {platform.processor() or ''}, "

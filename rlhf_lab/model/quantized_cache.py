@@ -20,8 +20,9 @@ Asymmetric b-bit quantization of a group x with levels 0 .. 2^b - 1 (here 255):
 Memory per element: 1 byte of code, plus the float (scale, min) pairs shared by a group:
 keys 2 * 4 / R bytes (R tokens share a pair), values 2 * 4 / D bytes (D channels share a pair).
 With R = 32 and a realistic head_dim D = 128: keys 1.25, values 1.06 bytes per element vs 4 for
-fp32 (about 3.5x less, before the residual). With the lab's D = 8 the per-token value pairs cost as
-much as the codes themselves (2 bytes per value element): small heads eat the savings.
+fp32 (about 3.5x less, before the residual). With the lab's D = 16 the per-token value pairs cost
+half as much as the codes themselves (1.5 bytes per value element): small heads eat the savings.
+A residual_length of 1 or 2 makes the key pairs cost more than fp32: keep R >= 8.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Tasks with rule-based rewards: the problems the tiny model is fine-tuned on.
 
     from rlhf_lab.tasks import get_task
-    task = get_task("addition", digits=3)             # '47+85=' -> '231' (reversed sum)
+    task = get_task("addition", digits=3)             # '047+085=' -> '231' (reversed sum)
     train, test = task.make_split(seed=0, n_train=4000, n_test=500)
     ood = task.make_ood_test(seed=0, n_test=500)       # operands with 4 digits
-    task.reward("47+85=", "231", "231", finished=True)  # -> 1.0
+    task.reward("047+085=", "231", "231", finished=True)  # -> 1.0
 
 Registered tasks (`TASKS`): "addition", "addition_cot" (carry scratchpad, then the answer),
 "addition_answer_first" (answer, then the scratchpad), "sort" (sort digits, graded reward).

@@ -188,7 +188,7 @@ def next_token_logits(model, tokenizer, prompt: str) -> tuple[torch.Tensor, torc
 def plot_next_token_distribution(
     model,
     tokenizer,
-    prompt: str = "47+85=",
+    prompt: str = "047+085=",
     temperature: float = 1.0,
     top_k: int = 0,
     top_p: float = 1.0,
@@ -247,7 +247,7 @@ def plot_next_token_distribution(
 
 
 @register_explorer("sampling")
-def sampling_explorer(model, tokenizer, prompt: str = "47+85=", use_widgets: bool | None = None):
+def sampling_explorer(model, tokenizer, prompt: str = "047+085=", use_widgets: bool | None = None):
     """Sliders for temperature, top-k, top-p, min-p and the repetition penalty on one prompt."""
     vocab_size = len(tokenizer)
     return make_explorer(
