@@ -26,6 +26,7 @@ class LossInfo:
     clipped_low: torch.Tensor  # bool: the clip at 1 - eps was active
     clipped_high: torch.Tensor  # bool: the clip at 1 + eps_high was active
     sequence_ratio: torch.Tensor | None = None  # (n,) GSPO's s_i, or exp(mean log ratio) for others
+    token_ratio: torch.Tensor | None = None  # raw pi/pi_old per token when `ratio` is not (GSPO)
     value_loss: float = float("nan")
     value_clip_fraction: float = float("nan")
     kl_penalty: float = 0.0  # beta * mean k3, when the KL is in the loss

@@ -72,6 +72,7 @@ class GRPO(Algorithm):
             clipped_low=clipped_low,
             clipped_high=clipped_high,
             sequence_ratio=torch.exp(sequence_log_ratio(policy.logprobs.detach(), minibatch.old_logprobs, mask)),
+            token_ratio=torch.exp(token_log_ratio(policy.logprobs.detach(), minibatch.old_logprobs)),
             kl_penalty=kl_loss.item(),
         )
         return loss, info

@@ -87,7 +87,8 @@ class UpdateStats:
 
     def add(self, info, mask: torch.Tensor, grad_norm: float, keep: bool) -> None:
         m = mask.bool()
-        ratios = info.ratio[m]
+        # ratio_* and the token histogram show pi/pi_old per token; for GSPO the loss applies s_i instead
+        ratios = (info.token_ratio if info.token_ratio is not None else info.ratio)[m]
         self.tokens += m.sum().item()
         self.clipped_low += info.clipped_low[m].sum().item()
         self.clipped_high += info.clipped_high[m].sum().item()
