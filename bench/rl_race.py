@@ -25,6 +25,10 @@ from rlhf_lab.rl import Trainer, make_config
 
 BUDGETS = {"grpo": 120, "gspo": 120, "ppo": 240, "rloo": 120, "reinforce": 120, "remax": 120}
 TARGETS = {"grpo": 0.95, "gspo": 0.95, "ppo": 0.90}
+# Tuned for the race. GRPO's library default is TRL's on-policy single update per rollout; splitting the
+# rollout into 4 minibatches (4 optimiser steps per rollout, as GSPO's paper does) learns faster per
+# second here, because sampling is ~40% of a step.
+RACE_OVERRIDES = {"grpo": {"num_minibatches": 4}}
 
 
 def main() -> None:
@@ -35,6 +39,7 @@ def main() -> None:
     parser.add_argument("--eval-examples", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--library-defaults", action="store_true", help="ignore RACE_OVERRIDES")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args()
     if args.threads:
@@ -44,8 +49,9 @@ def main() -> None:
     curves, rows = [], []
     for algo in args.algos:
         budget = args.budget or BUDGETS[algo]
+        overrides = {} if args.library_defaults else RACE_OVERRIDES.get(algo, {})
         config = make_config(algo, steps=100_000, time_budget=budget, eval_every=args.eval_every,
-                             eval_examples=args.eval_examples, seed=args.seed)
+                             eval_examples=args.eval_examples, seed=args.seed, **overrides)
         trainer = Trainer(config)
         start = time.perf_counter()
         history = trainer.train()
@@ -54,7 +60,7 @@ def main() -> None:
         curves.append(evals)
         target = TARGETS.get(algo, 0.95)
         rows.append({
-            "algo": algo, "budget s": budget, "steps": trainer.step,
+            "algo": algo, "overrides": str(overrides or "-"), "budget s": budget, "steps": trainer.step,
             "start acc": evals["eval_accuracy"].iloc[0], "final acc": evals["eval_accuracy"].iloc[-1],
             "best acc": evals["eval_accuracy"].max(), "target": target,
             "s to target": time_to_accuracy(history, target),
