@@ -30,6 +30,8 @@ from .widgets import (
     sampling_explorer,
 )
 
+from . import mechanisms, rope_plots  # noqa: E402,F401  (registers the RoPE and KV-cache explorers)
+
 __all__ = [
     "ALGO_COLORS", "DASHBOARD_PANELS", "EXPLORERS", "METRIC_LABELS", "LiveDashboard", "LogSlider",
     "algo_color",
