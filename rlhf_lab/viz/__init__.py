@@ -8,6 +8,7 @@
 One colour per algorithm everywhere: `ALGO_COLORS` in style.py.
 """
 
+from . import mechanisms, rope_plots  # noqa: E402,F401  (registers the RoPE and KV-cache explorers)
 from .dashboard import LiveDashboard
 from .plots import (
     DASHBOARD_PANELS,
@@ -29,8 +30,6 @@ from .widgets import (
     register_explorer,
     sampling_explorer,
 )
-
-from . import mechanisms, rope_plots  # noqa: E402,F401  (registers the RoPE and KV-cache explorers)
 
 __all__ = [
     "ALGO_COLORS", "DASHBOARD_PANELS", "EXPLORERS", "METRIC_LABELS", "LiveDashboard", "LogSlider",
