@@ -75,6 +75,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--impls", nargs="*", default=IMPLEMENTATIONS)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--settings", nargs="*", default=[f"{b}x{n}" for b, n in SETTINGS],
+                        help="batch x new tokens, e.g. 64x32 8x256")
     args = parser.parse_args()
     if args.one:
         impl, batch, new = args.one
@@ -82,8 +84,9 @@ def main() -> None:
         return
     import torch
 
+    settings = [tuple(int(v) for v in item.split("x")) for item in args.settings]
     rows = []
-    for batch, new in SETTINGS:
+    for batch, new in settings:
         for impl in args.impls:
             out = subprocess.run([sys.executable, __file__, "--one", impl, str(batch), str(new),
                                   "--repeats", str(args.repeats)] + (["--threads", str(args.threads)] if args.threads else []),
@@ -94,14 +97,14 @@ def main() -> None:
           f"{rows[0]['threads']} torch threads, torch {torch.__version__}, python {platform.python_version()}\n")
     print("| implementation | batch x new tokens | tokens/s | ms/step | peak RSS (MiB) | vs hf-generate |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
-    for batch, new in SETTINGS:
+    for batch, new in settings:
         group = [r for r in rows if r["batch"] == batch and r["new_tokens"] == new]
         hf = next((r for r in group if r["impl"] == "hf-generate"), None)
         for r in group:
             ratio = f"{r['tokens_per_s'] / hf['tokens_per_s']:.2f}x" if hf else "-"
             print(f"| {r['impl']} | {batch} x {new} | {r['tokens_per_s']:.0f} | {r['ms_per_step']:.2f} | "
                   f"{r['peak_mib']:.0f} | {ratio} |")
-    for batch, new in SETTINGS:
+    for batch, new in settings:
         group = {r["impl"]: r for r in rows if r["batch"] == batch and r["new_tokens"] == new}
         if "lab-static" in group and "lab-nocache" in group:
             print(f"\ncached (static) vs uncached at {batch} x {new}: "
