@@ -9,6 +9,7 @@ so ppo.py, grpo.py and gspo.py can be read side by side and differ only where th
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import torch
@@ -32,7 +33,7 @@ class LossInfo:
     kl_penalty: float = 0.0  # beta * mean k3, when the KL is in the loss
 
 
-class Algorithm:
+class Algorithm(ABC):
     name = "base"
     config_class = RLConfig
     uses_critic = False  # PPO: a value head or a separate critic
@@ -49,13 +50,15 @@ class Algorithm:
         """The constant L of `dr_grpo` aggregation: the generation budget, not this batch's width."""
         return self.max_completion_length or completion_mask.shape[1]
 
+    @abstractmethod
     def compute_advantages(self, rollout: Rollout) -> None:
-        raise NotImplementedError  # each algorithm module defines it
+        """Fill rollout.advantages (N, T) (and, for PPO, rollout.returns)."""
 
+    @abstractmethod
     def loss(self, minibatch: Rollout, policy: PolicyOutput) -> tuple[torch.Tensor, LossInfo]:
-        raise NotImplementedError  # each algorithm module defines it
+        """The scalar to minimise on one minibatch, and what it reports."""
 
-    def after_step(self, metrics: dict) -> None:
+    def after_step(self, metrics: dict) -> None:  # noqa: B027  (an optional hook, empty on purpose)
         """Hook for per-step state (PPO's adaptive KL coefficient)."""
 
 
