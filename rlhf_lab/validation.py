@@ -1,0 +1,38 @@
+"""One way to check a setting, used by every config in the package.
+
+Each check raises `ValueError` whose message names the field, states what is allowed and shows
+the value received, e.g. ``learning_rate must satisfy 0 < learning_rate, got -1``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def check_number(name: str, value: Any, low: float | None = None, high: float | None = None,
+                 low_open: bool = False, high_open: bool = False, integer: bool = False) -> None:
+    """Raise ValueError naming `name` unless `value` is a finite number (an int if `integer`) with
+    low (<|<=) value (<|<=) high. Booleans are refused: `True` is not a count."""
+    kind = "an integer" if integer else "a number"
+    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok_type or (not integer and not math.isfinite(value)):
+        raise ValueError(f"{name} must be {kind}, got {value!r}")
+    lo = "" if low is None else (f"{low} < " if low_open else f"{low} <= ")
+    hi = "" if high is None else (f" < {high}" if high_open else f" <= {high}")
+    bad = (low is not None and (value <= low if low_open else value < low)) or (
+        high is not None and (value >= high if high_open else value > high))
+    if bad:
+        raise ValueError(f"{name} must satisfy {lo}{name}{hi}, got {value!r}")
+
+
+def check_choice(name: str, value: Any, choices: tuple) -> None:
+    """Raise ValueError naming `name` and listing `choices` unless `value` is one of them."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def check_bool(name: str, value: Any) -> None:
+    """Raise ValueError naming `name` unless `value` is True or False."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
