@@ -8,8 +8,16 @@ from __future__ import annotations
 
 import pytest
 
-from rlhf_lab.presets import load_checkpoint
-from rlhf_lab.rl import Trainer, make_config
+from rlhf_lab.checkpoints import load_checkpoint
+from rlhf_lab.rl import GRPO, Trainer, make_config
+
+
+class FlippedGRPO(GRPO):
+    """GRPO with the sign of every advantage flipped: pushes down what was rewarded."""
+
+    def compute_advantages(self, rollout):
+        super().compute_advantages(rollout)
+        rollout.advantages = -rollout.advantages
 
 
 @pytest.mark.slow
@@ -24,13 +32,6 @@ def test_grpo_lifts_heldout_accuracy_from_the_shipped_checkpoint():
     assert after >= before + 0.08, f"GRPO did not learn: {before:.3f} -> {after:.3f}"
     # the same steps with the advantage sign flipped must not improve: the test can tell learning apart
     model, tokenizer, _ = load_checkpoint("addition_rl_start")
-    flipped = Trainer(config, model=model, tokenizer=tokenizer)
-    original = flipped.algorithm.compute_advantages
-
-    def wrong_sign(rollout):
-        original(rollout)
-        rollout.advantages = -rollout.advantages
-
-    flipped.algorithm.compute_advantages = wrong_sign
+    flipped = Trainer(config, model=model, tokenizer=tokenizer, algorithm=FlippedGRPO(config))
     worse = flipped.train()["eval_accuracy"].dropna().iloc[-1]
     assert worse < before + 0.02, f"accuracy rose even with the advantage sign flipped: {before:.3f} -> {worse:.3f}"

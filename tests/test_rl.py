@@ -23,9 +23,9 @@ def tiny_model(seed: int = 0) -> LlamaModel:
                                        initializer_range=0.5))
 
 
-def make_trainer(algo: str = "grpo", **overrides) -> Trainer:
+def make_trainer(algo: str = "grpo", reward_fn=None, algorithm=None, **overrides) -> Trainer:
     config = make_config(algo, **{**SMALL, "steps": 3, **overrides})
-    return Trainer(config, model=tiny_model(), tokenizer=TOK)
+    return Trainer(config, model=tiny_model(), tokenizer=TOK, reward_fn=reward_fn, algorithm=algorithm)
 
 
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
@@ -63,20 +63,31 @@ def test_on_policy_ratio_is_exactly_one_and_off_policy_is_not():
     on = make_trainer("grpo").train()
     assert (on["ratio_min"].iloc[1:] == 1.0).all() and (on["ratio_max"].iloc[1:] == 1.0).all()
     assert (on["clip_frac"].iloc[1:] == 0.0).all()
-    trainer = make_trainer("grpo", num_minibatches=2, num_iterations=2, learning_rate=3e-3, steps=4, prompts_per_step=8)
-    trainer.reward_fn = count_ones_reward
+    trainer = make_trainer("grpo", num_minibatches=2, num_iterations=2, learning_rate=3e-3, steps=4, prompts_per_step=8,
+                           reward_fn=count_ones_reward)
     off = trainer.train()
     updated = off[off["adv_std"] > 0]  # steps with a learning signal
     assert len(updated) >= 2
     assert ((updated["ratio_max"] > 1.0) | (updated["ratio_min"] < 1.0)).all()
 
 
+class BreaksAfter:
+    """A reward that turns NaN after `calls` completions have been scored (a reward model gone bad)."""
+
+    def __init__(self, calls: int) -> None:
+        self.calls = calls
+
+    def __call__(self, prompt, completion, reference, finished=True):
+        self.calls -= 1
+        return float("nan") if self.calls < 0 else count_ones_reward(prompt, completion, reference, finished)
+
+
 def test_non_finite_reward_stops_with_message_and_keeps_last_good_weights():
-    trainer = make_trainer("grpo", steps=5)
+    per_step = SMALL["prompts_per_step"] * SMALL["num_generations"]
+    trainer = make_trainer("grpo", steps=5, reward_fn=BreaksAfter(2 * per_step))
     trainer.train(steps=2)
     good = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
     rows = len(trainer.rows)
-    trainer.reward_fn = lambda *args, **kwargs: float("nan")  # a broken reward model
     with pytest.warns(RuntimeWarning, match=r"non-finite .* at step 3"):
         trainer.train(steps=3)
     assert trainer.stop_reason == "non_finite" and trainer.step == 2
@@ -168,12 +179,13 @@ def test_ppo_separate_critic_is_counted_in_memory():
 
 
 def test_dynamic_sampling_keeps_only_informative_groups():
-    trainer = make_trainer("grpo", dynamic_sampling=True, steps=3, max_resample_rounds=3)
-    trainer.reward_fn = count_ones_reward
+    trainer = make_trainer("grpo", dynamic_sampling=True, steps=3, max_resample_rounds=3, reward_fn=count_ones_reward)
     history = trainer.train()
     assert (history["num_rollout_rows"].iloc[1:] > 0).all()
     # every kept group has two different rewards, so no zero-std group reaches the loss
     assert (history["frac_zero_std_groups"].iloc[1:].fillna(0) == 0).all()
+    # ... while some of the sampled groups were zero-std and were dropped (the metric says how many)
+    assert history["sampled_zero_std_frac"].iloc[1:].max() > 0
 
 
 def test_save_writes_loadable_checkpoint_and_history(tmp_path):

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from rlhf_lab.rl.advantages import (
-    buggy_gae_from_interview_notes,
     gae,
     group_advantages,
     overlong_soft_penalty,
@@ -248,18 +247,6 @@ def test_gae_right_padding_does_not_leak():
     a0 = row_r[0] + gamma * row_v[1] - row_v[0] + gamma * lam * a1
     advantages, _ = gae(rewards, values, mask, gamma=gamma, lam=lam)
     torch.testing.assert_close(advantages[1], _t([a0, a1, 0, 0]))
-
-
-def test_buggy_gae_fails_the_spec_vector():
-    rewards, values = _t([0, 0, 1]), _t([0.5, 0.5, 0.5])
-    expected = _t([0.95125, 0.975, 1.0])
-    buggy = buggy_gae_from_interview_notes(rewards, values, gamma=1.0, lam=0.95)
-    assert buggy.shape == (3, 3), "the bug turns the returns into a matrix"
-    assert not torch.allclose(buggy, expected), "broadcast comparison must still fail"
-    # its diagonal is the correct R_t = A_t + V_t; everything off it is wrong
-    torch.testing.assert_close(torch.diagonal(buggy), expected)
-    _, correct = gae(rewards[None], values[None], torch.ones(1, 3), gamma=1.0, lam=0.95)
-    torch.testing.assert_close(correct[0], expected)
 
 
 def test_ppo_token_rewards():

@@ -3,16 +3,33 @@
     from rlhf_lab.rl import Trainer, make_config
     trainer = Trainer(make_config("grpo", steps=50))
     history = trainer.train()
+
+or one phase at a time (trainer.py explains each):
+
+    rollout = trainer.collect_rollout()
+    trainer.algorithm.compute_advantages(rollout)
+    stats = trainer.update(rollout)
 """
 
-from .algorithm import Algorithm, LossInfo
+from ..callbacks import Callback
+from .algorithm import Algorithm, LossInfo, broadcast_to_tokens
 from .baselines import RLOO, Reinforce, ReinforceConfig, ReMax, ReMaxConfig, RLOOConfig
 from .config import RLConfig
 from .grpo import GRPO, GRPOConfig
 from .gspo import GSPO, GSPOConfig
+from .policy_gradient import PolicyGradient, PolicyGradientConfig
 from .ppo import PPO, PPOConfig
-from .rollout import Rollout, policy_forward
-from .trainer import Callback, NonFiniteLossError, StepDistributions, Trainer
+from .rollout import (
+    PolicyOutput,
+    Rollout,
+    RolloutSampler,
+    encode_rollout,
+    next_token_logprobs,
+    policy_forward,
+    sample_and_score,
+    score_completions,
+)
+from .trainer import LossAndGradient, NonFiniteLossError, StepDistributions, Trainer
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     "ppo": PPO,
@@ -33,6 +50,8 @@ def make_config(algo: str, **overrides) -> RLConfig:
 
 __all__ = [
     "ALGORITHMS", "GRPO", "GSPO", "PPO", "RLOO", "Algorithm", "Callback", "GRPOConfig", "GSPOConfig",
-    "LossInfo", "NonFiniteLossError", "PPOConfig", "RLConfig", "RLOOConfig", "ReMax", "ReMaxConfig",
-    "Reinforce", "ReinforceConfig", "Rollout", "StepDistributions", "Trainer", "make_config", "policy_forward",
+    "LossAndGradient", "LossInfo", "NonFiniteLossError", "PPOConfig", "PolicyGradient", "PolicyGradientConfig",
+    "PolicyOutput", "RLConfig", "RLOOConfig", "ReMax", "ReMaxConfig", "Reinforce", "ReinforceConfig", "Rollout",
+    "RolloutSampler", "StepDistributions", "Trainer", "broadcast_to_tokens", "encode_rollout", "make_config",
+    "next_token_logprobs", "policy_forward", "sample_and_score", "score_completions",
 ]

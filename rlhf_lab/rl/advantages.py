@@ -203,29 +203,6 @@ def gae(
     return advantages, returns
 
 
-def buggy_gae_from_interview_notes(
-    rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float
-) -> torch.Tensor:
-    """The GAE snippet often circulated in interview notes, bug included, for the notebook to refute.
-
-    rewards, values: (seq,) for ONE completion (terminal value 0 appended, as the snippet expects).
-    The recursion is right, but each step stores `gae + values[:-1]` (the whole value vector)
-    instead of `gae + values[t]`, so the "returns" come back as a (seq, seq) matrix whose row t is
-    A_t + V (every value, not V_t); only its diagonal is the right R_t. Broadcasting can hide the
-    shape error downstream (a (seq,) target compares against every row); the test vector fails.
-    The correct line is `returns.insert(0, gae + values[t])`; see `gae`.
-    """
-    values = torch.cat([values.float(), torch.zeros(1)])  # V_T = 0 appended
-    rewards = rewards.float()
-    returns = []
-    gae_t = torch.zeros(())
-    for t in reversed(range(len(rewards))):
-        delta = rewards[t] + gamma * values[t + 1] - values[t]  # correct
-        gae_t = delta + gamma * lam * gae_t  # correct
-        returns.insert(0, gae_t + values[:-1])  # BUG: a whole vector; should be gae_t + values[t]
-    return torch.stack(returns)
-
-
 def whiten(
     values: torch.Tensor,
     mask: torch.Tensor | None = None,

@@ -1,10 +1,18 @@
 """The contract between the training loop and an algorithm.
 
-An algorithm says two things, and nothing else:
-  1. `compute_advantages(rollout)`: how each completion token gets its advantage (fills rollout.advantages);
-  2. `loss(minibatch, policy)`: the scalar to minimise, plus the statistics the dashboard shows.
-Everything else (sampling, reference model, optimiser, minibatches, metrics) is the loop's job,
-so ppo.py, grpo.py and gspo.py can be read side by side and differ only where the methods differ.
+The loop (trainer.py) runs the same phases for every method and asks the algorithm at each hook:
+
+    make_critic(policy)               which model predicts values, if any           (PPO)
+    shape_rollout(rollout, sampler)   change the batch before the loss sees it       (DAPO, ReMax)
+    needs_old_logprobs                must log pi_old be stored at rollout time?     (off-policy, PPO)
+    compute_advantages(rollout)       each completion token's advantage              (every method)
+    loss(minibatch, policy)           the scalar to minimise, plus what it reports  (every method)
+    after_step(metrics)               per-step state, e.g. an adaptive KL weight     (PPO)
+    state_dict() / load_state_dict()  that state, so a step can be undone or resumed
+
+Everything else (sampling, the reference model, the optimiser, minibatches, metrics, faults) is
+the loop's job, and the loop names no algorithm. So ppo.py, grpo.py, gspo.py and baselines.py each
+hold all of one method's behaviour and can be read side by side.
 """
 
 from __future__ import annotations
@@ -15,7 +23,8 @@ from dataclasses import dataclass
 import torch
 
 from .config import RLConfig
-from .rollout import PolicyOutput, Rollout
+from .losses import sequence_log_ratio, token_log_ratio
+from .rollout import PolicyOutput, Rollout, RolloutSampler
 
 
 @dataclass
@@ -23,32 +32,50 @@ class LossInfo:
     """What a loss reports besides its value (all detached). Shapes (n, T) unless noted."""
 
     policy_loss: float
-    ratio: torch.Tensor  # importance ratio applied to each token
+    ratio: torch.Tensor  # the importance ratio the loss applied to each token (GSPO: s_i)
+    token_ratio: torch.Tensor  # raw pi / pi_old per token, what the dashboard's histogram shows
+    sequence_ratio: torch.Tensor  # (n,) exp(mean_t log(pi / pi_old)): GSPO's s_i, a diagnostic for the others
     clipped_low: torch.Tensor  # bool: the clip at 1 - eps was active
     clipped_high: torch.Tensor  # bool: the clip at 1 + eps_high was active
-    sequence_ratio: torch.Tensor | None = None  # (n,) GSPO's s_i, or exp(mean log ratio) for others
-    token_ratio: torch.Tensor | None = None  # raw pi/pi_old per token when `ratio` is not (GSPO)
     value_loss: float = float("nan")
     value_clip_fraction: float = float("nan")
     kl_penalty: float = 0.0  # beta * mean k3, when the KL is in the loss
+
+    @classmethod
+    def of(cls, policy_loss: torch.Tensor, ratio: torch.Tensor, clipped_low: torch.Tensor,
+           clipped_high: torch.Tensor, minibatch: Rollout, policy: PolicyOutput, **extra) -> LossInfo:
+        """The one way an algorithm fills its report: the raw ratios come from the log-probs."""
+        logprobs = policy.logprobs.detach()
+        return cls(
+            policy_loss=policy_loss.item(), ratio=ratio.detach(),
+            token_ratio=torch.exp(token_log_ratio(logprobs, minibatch.old_logprobs)),
+            sequence_ratio=torch.exp(sequence_log_ratio(logprobs, minibatch.old_logprobs, minibatch.completion_mask)),
+            clipped_low=clipped_low, clipped_high=clipped_high, **extra,
+        )
 
 
 class Algorithm(ABC):
     name = "base"
     config_class = RLConfig
-    uses_critic = False  # PPO: a value head or a separate critic
-    uses_greedy_baseline = False  # ReMax: a greedy completion per prompt
-    group_based = False  # advantages compare the G completions of a prompt
 
     def __init__(self, config: RLConfig) -> None:
         if not isinstance(config, self.config_class):
             raise TypeError(f"{type(self).__name__} needs a {self.config_class.__name__}, got {type(config).__name__}")
         self.config = config
-        self.max_completion_length: int | None = None  # set by the Trainer; Dr. GRPO's constant divisor
 
-    def length_constant(self, completion_mask: torch.Tensor) -> int:
-        """The constant L of `dr_grpo` aggregation: the generation budget, not this batch's width."""
-        return self.max_completion_length or completion_mask.shape[1]
+    def make_critic(self, policy: torch.nn.Module) -> torch.nn.Module | None:
+        """The model whose value head gives V(s_t), or None. May be `policy` itself (a shared trunk)."""
+        return None
+
+    def shape_rollout(self, rollout: Rollout, sampler: RolloutSampler) -> Rollout:
+        """The batch the loss will see. `sampler(count)` draws more prompts if the method needs them."""
+        return rollout
+
+    @property
+    def needs_old_logprobs(self) -> bool:
+        """Store log pi_old at rollout time? Only needed when minibatches go off-policy; otherwise the
+        loop uses pi_old = pi_theta.detach() (the ratio is then exactly 1)."""
+        return not self.config.on_policy
 
     @abstractmethod
     def compute_advantages(self, rollout: Rollout) -> None:
@@ -58,8 +85,20 @@ class Algorithm(ABC):
     def loss(self, minibatch: Rollout, policy: PolicyOutput) -> tuple[torch.Tensor, LossInfo]:
         """The scalar to minimise on one minibatch, and what it reports."""
 
+    @property
+    def kl_coefficient(self) -> float:
+        """The weight of the KL to the reference in effect now (a metric: `kl_coef`)."""
+        return 0.0
+
     def after_step(self, metrics: dict) -> None:  # noqa: B027  (an optional hook, empty on purpose)
-        """Hook for per-step state (PPO's adaptive KL coefficient)."""
+        """Called once per completed step with its metrics row (PPO adapts its KL weight here)."""
+
+    def state_dict(self) -> dict:
+        """Per-step state that a restored or resumed run needs (none by default)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:  # noqa: B027  (nothing to load by default)
+        """Restore what `state_dict` returned."""
 
 
 def broadcast_to_tokens(per_sequence: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """The baselines of the story: REINFORCE (with and without a mean baseline), RLOO and ReMax.
 
-They share GRPO's loss machinery (ratio, optional clip, aggregation) and differ only in the
-advantage, i.e. in the baseline subtracted from each completion's reward:
+They share the policy-gradient loss (ratio, optional clip, aggregation: policy_gradient.py) and
+differ only in the advantage, i.e. in the baseline subtracted from each completion's reward:
 
     REINFORCE        A_i = r_i                               (Williams 1992)
     REINFORCE+mean   A_i = r_i - mean(r over the batch)
@@ -13,28 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
+from ..validation import check_choice, check_number
 from .advantages import REINFORCE_BASELINES, reinforce_advantages, remax_advantages, rloo_advantages
-from .algorithm import LossInfo, broadcast_to_tokens
-from .config import RLConfig, check_choice, check_number
-from .grpo import GRPO
-from .losses import LOSS_TYPES, aggregate, sequence_log_ratio
+from .policy_gradient import PolicyGradient, PolicyGradientConfig
 
 
 @dataclass
-class BaselineConfig(RLConfig):
-    loss_type: str = "grpo"
-    clip: bool = True  # False: plain importance-weighted policy gradient, -ratio * A
-    beta: float = 0.0
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_choice("loss_type", self.loss_type, LOSS_TYPES)
-
-
-@dataclass
-class ReinforceConfig(BaselineConfig):
+class ReinforceConfig(PolicyGradientConfig):
     algo: str = "reinforce"
     baseline: str = "none"  # none | mean
     clip: bool = False
@@ -45,7 +30,7 @@ class ReinforceConfig(BaselineConfig):
 
 
 @dataclass
-class RLOOConfig(BaselineConfig):
+class RLOOConfig(PolicyGradientConfig):
     algo: str = "rloo"
 
     def __post_init__(self) -> None:
@@ -54,55 +39,35 @@ class RLOOConfig(BaselineConfig):
 
 
 @dataclass
-class ReMaxConfig(BaselineConfig):
+class ReMaxConfig(PolicyGradientConfig):
     algo: str = "remax"
 
 
-class _BaselineMethod(GRPO):
-    """GRPO's loss with an optional clip; subclasses define only the advantage."""
-
-    group_based = False
-
-    def loss(self, minibatch, policy):
-        if self.config.clip:
-            return super().loss(minibatch, policy)
-        # No clip: -ratio * A. Same value as -A on-policy, gradient A * grad log pi (REINFORCE).
-        c, mask = self.config, minibatch.completion_mask
-        ratio = self.importance_ratio(policy.logprobs, minibatch.old_logprobs, mask)
-        loss = aggregate(-ratio * minibatch.advantages, mask, c.loss_type, max_completion_length=self.length_constant(mask))
-        never = torch.zeros_like(mask, dtype=torch.bool)
-        return loss, self._info(loss, ratio, never, never, minibatch, policy)
-
-    def _info(self, loss, ratio, low, high, minibatch, policy):
-        mask = minibatch.completion_mask
-        return LossInfo(policy_loss=loss.item(), ratio=ratio.detach(), clipped_low=low, clipped_high=high,
-                        sequence_ratio=torch.exp(sequence_log_ratio(policy.logprobs.detach(), minibatch.old_logprobs, mask)))
-
-
-class Reinforce(_BaselineMethod):
+class Reinforce(PolicyGradient):
     name = "reinforce"
     config_class = ReinforceConfig
 
-    def compute_advantages(self, rollout):
-        advantages = reinforce_advantages(rollout.rewards, self.config.baseline)
-        rollout.advantages = broadcast_to_tokens(advantages, rollout.completion_mask)
+    def outcome_advantages(self, rollout):
+        return reinforce_advantages(rollout.rewards, self.config.baseline)
 
 
-class RLOO(_BaselineMethod):
+class RLOO(PolicyGradient):
     name = "rloo"
     config_class = RLOOConfig
-    group_based = True
 
-    def compute_advantages(self, rollout):
-        advantages = rloo_advantages(rollout.rewards, self.config.num_generations)
-        rollout.advantages = broadcast_to_tokens(advantages, rollout.completion_mask)
+    def outcome_advantages(self, rollout):
+        return rloo_advantages(rollout.rewards, self.config.num_generations)
 
 
-class ReMax(_BaselineMethod):
+class ReMax(PolicyGradient):
     name = "remax"
     config_class = ReMaxConfig
-    uses_greedy_baseline = True
 
-    def compute_advantages(self, rollout):
-        advantages = remax_advantages(rollout.rewards, rollout.greedy_rewards, self.config.num_generations)
-        rollout.advantages = broadcast_to_tokens(advantages, rollout.completion_mask)
+    def shape_rollout(self, rollout, sampler):
+        """Score one greedy answer per prompt: the baseline of its G samples."""
+        prompts = rollout.examples[:: rollout.num_generations]
+        rollout.greedy_rewards = sampler.greedy_rewards(prompts)
+        return rollout
+
+    def outcome_advantages(self, rollout):
+        return remax_advantages(rollout.rewards, rollout.greedy_rewards, self.config.num_generations)

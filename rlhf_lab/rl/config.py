@@ -2,35 +2,17 @@
 
 Field names follow TRL's GRPOConfig / PPOConfig where they exist (num_generations, num_iterations,
 beta, epsilon, epsilon_high, temperature, max_completion_length, learning_rate, max_grad_norm...).
-Every field is validated at construction; errors name the field and the allowed values.
+Every field is validated at construction (rlhf_lab.validation); errors name the field and the
+allowed values. Settings that only some methods use live in their config classes: beta in the
+policy-gradient family (policy_gradient.py), kl_coef and the critic in PPO's.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
-from typing import Any
 
-
-def check_number(name: str, value: Any, low: float | None = None, high: float | None = None,
-                 low_open: bool = False, high_open: bool = False, integer: bool = False) -> None:
-    """Raise ValueError naming `name` unless low (<|<=) value (<|<=) high."""
-    kind = "an integer" if integer else "a number"
-    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok_type or (not integer and not math.isfinite(value)):
-        raise ValueError(f"{name} must be {kind}, got {value!r}")
-    lo = "" if low is None else (f"{low} < " if low_open else f"{low} <= ")
-    hi = "" if high is None else (f" < {high}" if high_open else f" <= {high}")
-    bad = (low is not None and (value <= low if low_open else value < low)) or (
-        high is not None and (value >= high if high_open else value > high))
-    if bad:
-        raise ValueError(f"{name} must satisfy {lo}{name}{hi}, got {value!r}")
-
-
-def check_choice(name: str, value: Any, choices: tuple) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+from ..validation import check_bool, check_choice, check_number
 
 
 @dataclass
@@ -57,7 +39,6 @@ class RLConfig:
     max_grad_norm: float = 1.0
     num_iterations: int = 1  # passes over each rollout (PPO's "epochs"; TRL's num_iterations)
     num_minibatches: int = 1  # minibatches per pass; > 1 makes later minibatches off-policy
-    beta: float = 0.0  # KL coefficient (k3 in the loss for GRPO-style methods)
     epsilon: float = 0.2  # clip range (lower)
     epsilon_high: float | None = None  # clip range (upper); None -> epsilon
     # --- schedule and bookkeeping
@@ -84,7 +65,7 @@ class RLConfig:
         check_number("learning_rate", self.learning_rate, low=0, low_open=True)
         check_number("weight_decay", self.weight_decay, low=0)
         check_number("max_grad_norm", self.max_grad_norm, low=0, low_open=True)
-        check_number("beta", self.beta, low=0)
+        check_bool("keep_distributions", self.keep_distributions)
         check_number("epsilon", self.epsilon, low=0, high=1, high_open=True)
         if self.epsilon_high is not None:
             check_number("epsilon_high", self.epsilon_high, low=0)

@@ -84,11 +84,15 @@ class UpdateStats:
         self.grad_norms: list[float] = []
         self.token_ratios: list[torch.Tensor] = []
         self.sequence_ratios: list[torch.Tensor] = []
+        self.entropies: list[float] = []
+        self.kls: list[dict] = []
+        self.explained: list[float] = []
 
     def add(self, info, mask: torch.Tensor, grad_norm: float, keep: bool) -> None:
+        """One minibatch's loss report (LossInfo), its completion mask and its gradient norm."""
         m = mask.bool()
         # ratio_* and the token histogram show pi/pi_old per token; for GSPO the loss applies s_i instead
-        ratios = (info.token_ratio if info.token_ratio is not None else info.ratio)[m]
+        ratios = info.token_ratio[m]
         self.tokens += m.sum().item()
         self.clipped_low += info.clipped_low[m].sum().item()
         self.clipped_high += info.clipped_high[m].sum().item()
@@ -103,8 +107,15 @@ class UpdateStats:
         self.grad_norms.append(grad_norm)
         if keep:
             self.token_ratios.append(ratios.float().cpu())
-            if info.sequence_ratio is not None:
-                self.sequence_ratios.append(info.sequence_ratio.float().cpu())
+            self.sequence_ratios.append(info.sequence_ratio.float().cpu())
+
+    def add_first_pass(self, entropy: torch.Tensor, old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor,
+                       mask: torch.Tensor, explained_variance: float | None = None) -> None:
+        """Where the sampling policy stands (entropy, KL to the reference), measured once per minibatch."""
+        self.entropies.append((entropy * mask).sum().item() / max(mask.sum().item(), 1))
+        self.kls.append(kl_metrics(old_logprobs, ref_logprobs, mask))
+        if explained_variance is not None:
+            self.explained.append(explained_variance)
 
     def metrics(self) -> dict:
         mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
@@ -125,6 +136,10 @@ class UpdateStats:
             "value_clip_frac": mean(self.value_clip),
             "kl_penalty": mean(self.kl_penalties),
             "grad_norm": mean(self.grad_norms),
+            "entropy": mean(self.entropies),
+            "kl_k1": mean([k["kl_k1"] for k in self.kls]),
+            "kl_k3": mean([k["kl_k3"] for k in self.kls]),
+            "explained_variance": mean(self.explained),
         }
 
 

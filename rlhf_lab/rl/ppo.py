@@ -9,19 +9,23 @@ lm-human-preferences and TRL's PPO trainer.
 
 Unlike GRPO: a learned critic supplies a per-token baseline, and the KL to the reference enters
 the REWARD (per token, k1) rather than the loss. The KL coefficient may adapt to a target.
+The critic is a value head on the policy's trunk (critic="head") or a separate copy of the model
+with its own head (critic="separate", as TRL does); PPO builds it in `make_critic`.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
 
+from ..validation import check_bool, check_choice, check_number
 from .advantages import gae, ppo_token_rewards, whiten
 from .algorithm import Algorithm, LossInfo
-from .config import RLConfig, check_choice, check_number
+from .config import RLConfig
 from .kl import KL_ESTIMATORS, AdaptiveKLController, FixedKLController
-from .losses import clipped_surrogate, clipped_value_loss, masked_mean, sequence_log_ratio, token_log_ratio
+from .losses import clipped_surrogate, clipped_value_loss, masked_mean, token_log_ratio
 
 
 @dataclass
@@ -49,6 +53,9 @@ class PPOConfig(RLConfig):
         check_number("lam", self.lam, low=0, high=1)
         check_number("kl_coef", self.kl_coef, low=0)
         check_choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
+        check_bool("adaptive_kl", self.adaptive_kl)
+        check_bool("whiten_advantages", self.whiten_advantages)
+        check_bool("whiten_rewards", self.whiten_rewards)
         check_number("target_kl", self.target_kl, low=0, low_open=True)
         check_number("kl_horizon", self.kl_horizon, low=1, integer=True)
         check_number("vf_coef", self.vf_coef, low=0)
@@ -61,7 +68,7 @@ class PPOConfig(RLConfig):
 class PPO(Algorithm):
     name = "ppo"
     config_class = PPOConfig
-    uses_critic = True
+    needs_old_logprobs = True  # the KL in the reward compares pi_old with pi_ref, even on-policy
 
     def __init__(self, config: PPOConfig) -> None:
         super().__init__(config)
@@ -70,6 +77,14 @@ class PPO(Algorithm):
             if config.adaptive_kl else FixedKLController(config.kl_coef)
         )
         self.last_sequence_kl = 0.0
+
+    def make_critic(self, policy):
+        """V(s_t) from a zero-initialised linear head (OpenAI's choice): on the policy's own trunk, or
+        on a separate copy of the starting model, which doubles the parameters but lets the value
+        loss not disturb the policy's features."""
+        critic = copy.deepcopy(policy) if self.config.critic == "separate" else policy
+        critic.add_value_head()
+        return critic
 
     def compute_advantages(self, rollout):
         c, mask = self.config, rollout.completion_mask
@@ -96,17 +111,19 @@ class PPO(Algorithm):
             policy.values, minibatch.old_values, minibatch.returns, mask, c.cliprange_value
         )
         loss = policy_loss + c.vf_coef * value_loss
-        info = LossInfo(
-            policy_loss=policy_loss.item(),
-            ratio=ratio.detach(),
-            clipped_low=clipped_low,
-            clipped_high=clipped_high,
-            sequence_ratio=torch.exp(sequence_log_ratio(policy.logprobs.detach(), minibatch.old_logprobs, mask)),
-            value_loss=value_loss.item(),
-            value_clip_fraction=float(value_clip_fraction),
-        )
-        return loss, info
+        return loss, LossInfo.of(policy_loss, ratio, clipped_low, clipped_high, minibatch, policy,
+                                 value_loss=value_loss.item(), value_clip_fraction=float(value_clip_fraction))
+
+    @property
+    def kl_coefficient(self) -> float:
+        return self.kl_controller.value
 
     def after_step(self, metrics):
         self.kl_controller.update(self.last_sequence_kl, self.config.prompts_per_step * self.config.num_generations)
-        metrics["kl_coef"] = self.kl_controller.value
+
+    def state_dict(self) -> dict:
+        return {"kl_coef": self.kl_controller.value, "last_sequence_kl": self.last_sequence_kl}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.kl_controller.value = state["kl_coef"]
+        self.last_sequence_kl = state["last_sequence_kl"]

@@ -1,4 +1,12 @@
-"""A rollout: prompts -> G sampled completions each -> rewards, plus what the loss needs later.
+"""Phase 1 of every step: prompts -> G sampled completions each -> rewards, plus what the loss needs.
+
+    sampler = RolloutSampler(policy, tokenizer, task, reward_fn, train_examples, sampling, ...)
+    rollout = sampler(32)                         draw 32 prompts, sample G completions each, score them
+    out     = policy_forward(model, rollout, T)   teacher-forced log pi(token) (and entropy, values)
+
+`Trainer.collect_rollout()` is this plus the algorithm's `shape_rollout` hook and the no-grad
+forwards of the reference (and old policy, and critic). `encode_rollout` builds a Rollout from
+texts you choose (no sampling), so `policy_forward` scores any completion, teacher-forced.
 
 Shapes: N = prompts * G rows (the G completions of prompt b are rows b*G .. b*G+G-1),
 P = prompt width (left-padded), T = completion width (right-padded after EOS).
@@ -6,11 +14,20 @@ P = prompt width (left-padded), T = completion width (right-padded after EOS).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
+from numbers import Real
 
 import torch
 
+from ..device import autocast
+from ..sampling import SamplingConfig, generate
 from .losses import entropy_from_logits, selective_log_softmax
+
+# What may be scored: a callable (prompt, completion, answer, finished) -> float, like the tasks'
+# rewards, or an object with `score_batch(prompts, completions, answers, finished) -> floats`
+# (a learned reward model scores the whole batch at once).
+RewardFn = Callable[[str, str, str, bool], float]
 
 
 @dataclass
@@ -24,6 +41,8 @@ class Rollout:
     correct: torch.Tensor  # (N,) exact-match 0/1, for the accuracy metric
     finished: torch.Tensor  # (N,) bool, emitted EOS
     num_generations: int  # G
+    examples: list | None = None  # (N,) the task Example each row answers (rows of a group share one)
+    max_completion_length: int | None = None  # the generation budget (Dr. GRPO's constant, DAPO's L_max)
     old_logprobs: torch.Tensor | None = None  # (N, T) log pi_old(token) at rollout time
     ref_logprobs: torch.Tensor | None = None  # (N, T) log pi_ref(token)
     old_values: torch.Tensor | None = None  # (N, T) critic's V(s_t) at rollout time (PPO)
@@ -47,20 +66,26 @@ class Rollout:
     def truncated(self) -> torch.Tensor:
         return ~self.finished
 
+    @property
+    def prompts(self) -> torch.Tensor:
+        """(N, P) the left-padded prompt ids."""
+        return self.input_ids[:, : self.prompt_width]
+
     def select(self, rows: torch.Tensor) -> Rollout:
-        """The same rollout restricted to `rows` (a minibatch); per-row tensors are indexed."""
+        """The same rollout restricted to `rows` (a minibatch); per-row tensors and lists are indexed."""
         out = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == len(self):
                 value = value[rows]
+            elif isinstance(value, list) and len(value) == len(self):
+                value = [value[i] for i in rows.tolist()]
             out[f.name] = value
         return Rollout(**out)
 
     @staticmethod
     def concat(parts: list[Rollout]) -> Rollout:
         """Stack rollouts row-wise (dynamic sampling refills a batch from several draws)."""
-        first = parts[0]
         width_p = max(p.prompt_width for p in parts)
         width_t = max(p.completion_ids.shape[1] for p in parts)
         padded = [p.pad_to(width_p, width_t) for p in parts]
@@ -69,12 +94,11 @@ class Rollout:
             values = [getattr(p, f.name) for p in padded]
             if isinstance(values[0], torch.Tensor):
                 out[f.name] = torch.cat(values, dim=0)
-            elif values[0] is None:
-                out[f.name] = None
+            elif isinstance(values[0], list):
+                out[f.name] = [item for value in values for item in value]
             else:
                 out[f.name] = values[0]
         out["prompt_width"] = width_p
-        out["num_generations"] = first.num_generations
         return Rollout(**out)
 
     def pad_to(self, prompt_width: int, completion_width: int) -> Rollout:
@@ -98,6 +122,127 @@ class Rollout:
         return Rollout(**out)
 
 
+# ----------------------------------------------------------------------------------------------
+# scoring
+
+
+def reward_name(reward_fn) -> str:
+    return getattr(reward_fn, "__qualname__", None) or type(reward_fn).__name__
+
+
+def score_completions(reward_fn, prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str],
+                      finished: Sequence[bool]) -> torch.Tensor:
+    """Rewards of a batch of completions, (N,) float32. `reward_fn` is a per-completion callable
+    (prompt, completion, answer, finished) -> float, or has `score_batch(...)` with the same lists.
+
+    Every reward must be a real number: a None, a string or a tensor of the wrong size raises an
+    error naming the reward function and the bad value (a NaN is a number: the trainer stops on it
+    and keeps the last good weights)."""
+    if hasattr(reward_fn, "score_batch"):
+        values = reward_fn.score_batch(list(prompts), list(completions), list(answers), list(finished))
+        values = values.tolist() if isinstance(values, torch.Tensor) else list(values)
+        if len(values) != len(completions):
+            raise ValueError(f"reward {reward_name(reward_fn)}.score_batch returned {len(values)} values for "
+                             f"{len(completions)} completions")
+    else:
+        values = [reward_fn(p, c, a, f) for p, c, a, f in zip(prompts, completions, answers, finished)]
+    for i, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, Real):
+            raise TypeError(f"reward {reward_name(reward_fn)} must return a number, got {value!r} for "
+                            f"completion {completions[i]!r} of prompt {prompts[i]!r}")
+    return torch.tensor([float(v) for v in values], dtype=torch.float32)
+
+
+@torch.no_grad()
+def sample_and_score(policy, tokenizer, examples: Sequence, num_generations: int, sampling: SamplingConfig,
+                     reward_fn, task, generator: torch.Generator | None = None) -> Rollout:
+    """Sample `num_generations` completions for each example with the lab's cached `generate`, decode
+    them, and score them with `reward_fn` (the reward the optimiser sees) and `task.score` (exact
+    match, the accuracy we report). Returns a Rollout without log-probs."""
+    device = policy.device
+    prompts = [tokenizer.encode(e.prompt, add_bos=True) for e in examples]
+    with autocast(device):
+        out = generate(policy, prompts, sampling, num_return_sequences=num_generations, generator=generator)
+    rows = [examples[row // num_generations] for row in range(len(examples) * num_generations)]
+    texts, finished = zip(*(tokenizer.decode_until_eos(ids) for ids in out.completion_ids.tolist()))
+    rewards = score_completions(reward_fn, [e.prompt for e in rows], texts, [e.answer for e in rows], finished)
+    correct = [task.score(e.prompt, text, e.answer, done) for e, text, done in zip(rows, texts, finished)]
+    return Rollout(
+        input_ids=out.sequences, attention_mask=out.attention_mask, prompt_width=out.prompt_ids.shape[1],
+        completion_ids=out.completion_ids, completion_mask=out.completion_mask.float(),
+        rewards=rewards.to(device), correct=torch.tensor(correct, dtype=torch.float32, device=device),
+        finished=out.finished, num_generations=num_generations, examples=rows,
+        max_completion_length=sampling.max_new_tokens,
+    )
+
+
+class RolloutSampler:
+    """Draws training prompts and turns them into scored rollouts with the current policy.
+
+    `sampler(count)` draws `count` prompts (seeded by `data_generator`) and samples
+    `num_generations` completions for each (seeded by `sample_generator`). Algorithms that need more
+    samples (DAPO's dynamic sampling) or a greedy answer (ReMax) call it from `shape_rollout`.
+    """
+
+    def __init__(self, policy, tokenizer, task, reward_fn, train_examples: Sequence, sampling: SamplingConfig,
+                 num_generations: int, sample_generator: torch.Generator, data_generator: torch.Generator) -> None:
+        self.policy, self.tokenizer, self.task, self.reward_fn = policy, tokenizer, task, reward_fn
+        self.train_examples = train_examples
+        self.sampling = sampling
+        self.num_generations = num_generations
+        self.sample_generator = sample_generator
+        self.data_generator = data_generator
+
+    def draw_prompts(self, count: int) -> list:
+        index = torch.randint(len(self.train_examples), (count,), generator=self.data_generator)
+        return [self.train_examples[i] for i in index.tolist()]
+
+    def sample(self, examples: Sequence, num_generations: int | None = None,
+               sampling: SamplingConfig | None = None) -> Rollout:
+        """Completions for the given examples (default: G each, at the training temperature)."""
+        return sample_and_score(self.policy, self.tokenizer, examples, num_generations or self.num_generations,
+                                sampling or self.sampling, self.reward_fn, self.task, self.sample_generator)
+
+    def greedy_rewards(self, examples: Sequence) -> torch.Tensor:
+        """(len(examples),) the reward of each example's greedy completion."""
+        greedy = SamplingConfig(do_sample=False, max_new_tokens=self.sampling.max_new_tokens)
+        return self.sample(examples, 1, greedy).rewards
+
+    def __call__(self, count: int) -> Rollout:
+        return self.sample(self.draw_prompts(count))
+
+
+def encode_rollout(tokenizer, prompts: Sequence[str], completions: Sequence[str], finished: Sequence[bool] | None = None,
+                   num_generations: int = 1, device=None) -> Rollout:
+    """A Rollout of completions you give (no sampling): left-padded prompts (with BOS), right-padded
+    completions, EOS appended where `finished` (default: everywhere). Rewards are zeros; the rollout
+    is for `policy_forward` (teacher-forced log-probs, entropy, values) and for hand-made losses."""
+    if len(prompts) != len(completions):
+        raise ValueError(f"prompts and completions must have the same length, got {len(prompts)} and {len(completions)}")
+    finished = [True] * len(prompts) if finished is None else list(finished)
+    prompt_ids = [tokenizer.encode(p, add_bos=True) for p in prompts]
+    completion_ids = [tokenizer.encode(c, add_eos=bool(f)) for c, f in zip(completions, finished)]
+    P, T = max(map(len, prompt_ids)), max(max(map(len, completion_ids)), 1)
+    pad = tokenizer.pad_token_id
+    ids = torch.full((len(prompts), P + T), pad, dtype=torch.long)
+    attention = torch.zeros((len(prompts), P + T), dtype=torch.long)
+    for row, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
+        ids[row, P - len(p): P] = torch.tensor(p)
+        ids[row, P: P + len(c)] = torch.tensor(c, dtype=torch.long)
+        attention[row, P - len(p): P + len(c)] = 1
+    n = len(prompts)
+    return Rollout(
+        input_ids=ids.to(device), attention_mask=attention.to(device), prompt_width=P,
+        completion_ids=ids[:, P:].to(device), completion_mask=attention[:, P:].float().to(device),
+        rewards=torch.zeros(n, device=device), correct=torch.zeros(n, device=device),
+        finished=torch.tensor(finished, dtype=torch.bool, device=device), num_generations=num_generations,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# teacher-forced forward passes
+
+
 @dataclass
 class PolicyOutput:
     logprobs: torch.Tensor  # (N, T) float32 log pi(token) at temperature
@@ -105,18 +250,30 @@ class PolicyOutput:
     values: torch.Tensor | None  # (N, T) V(s_t): the value of the state before token t
 
 
-def policy_forward(model, rollout: Rollout, temperature: float, with_entropy: bool = False,
-                   with_values: bool = False) -> PolicyOutput:
-    """Log-probs (and optionally entropy, values) of the rollout's completion tokens under `model`.
+def completion_logits(model, rollout: Rollout, temperature: float = 1.0):
+    """(logits (N, T, V) float32 / temperature, values (N, T) or None) at the completion positions.
 
-    The logit at position P-1+t predicts completion token t, so we keep positions P-1 .. P+T-2,
-    divide by the sampling temperature (the distribution the tokens were drawn from), and take a
-    float32 log-softmax at the chosen ids.
-    """
+    The logit at position P-1+t predicts completion token t, so we keep positions P-1 .. P+T-2 and
+    divide by the sampling temperature (the distribution the tokens were drawn from)."""
     P, T = rollout.prompt_width, rollout.completion_ids.shape[1]
     out = model(rollout.input_ids[:, :-1], attention_mask=rollout.attention_mask[:, :-1])
     logits = out.logits[:, P - 1 : P - 1 + T].float() / temperature  # (N, T, V)
+    values = out.values[:, P - 1 : P - 1 + T] if out.values is not None else None
+    return logits, values
+
+
+def policy_forward(model, rollout: Rollout, temperature: float = 1.0, with_entropy: bool = False,
+                   with_values: bool = False) -> PolicyOutput:
+    """Log-probs (and optionally entropy, values) of the rollout's completion tokens under `model`:
+    a float32 log-softmax of `completion_logits` at the chosen ids."""
+    logits, values = completion_logits(model, rollout, temperature)
     logprobs = selective_log_softmax(logits, rollout.completion_ids)
     entropy = entropy_from_logits(logits.detach()) if with_entropy else None
-    values = out.values[:, P - 1 : P - 1 + T] if (with_values and out.values is not None) else None
-    return PolicyOutput(logprobs=logprobs, entropy=entropy, values=values)
+    return PolicyOutput(logprobs=logprobs, entropy=entropy, values=values if with_values else None)
+
+
+def next_token_logprobs(model, rollout: Rollout, temperature: float = 1.0, dtype: torch.dtype = torch.float32):
+    """(N, T, V) log pi(. | prefix) over the whole vocabulary at every completion position, e.g. for
+    an exact KL(pi || pi_ref) = sum_v pi_v (log pi_v - log pi_ref_v). float64 makes sums exact."""
+    logits, _ = completion_logits(model, rollout, temperature)
+    return torch.log_softmax(logits.to(dtype), dim=-1)

@@ -1,20 +1,29 @@
-"""One training loop for every algorithm.
+"""One training loop for every algorithm, made of phases you can also call one at a time.
 
-    for each step:
-        rollout   sample prompts, G completions each with the lab's cached `generate`; score them
-        no-grad   log pi_ref (KL), log pi_old (when minibatches go off-policy), critic values (PPO)
-        advantages   algorithm.compute_advantages(rollout)
-        update    num_iterations passes x num_minibatches shuffled minibatches of algorithm.loss
-        metrics   one row of `history`; distributions for the live plots; callbacks
+    trainer = Trainer(make_config(algo))                   # or Trainer(config, reward_fn=my_reward)
+    rollout = trainer.collect_rollout()                    # 1. sample + score (+ the algorithm's shaping),
+                                                           #    no-grad log pi_ref, log pi_old, V_old
+    trainer.algorithm.compute_advantages(rollout)          # 2. each completion token's advantage
+    stats = trainer.update(rollout)                        # 3. passes x minibatches of loss -> backward -> step
+    stats.metrics()                                        #    what the update did (clip fractions, ratios, ...)
 
-Faults: each step is atomic. A non-finite loss or gradient, or a KeyboardInterrupt (Stop in
-Jupyter), restores the weights and optimiser state from before the step, keeps every completed
-row of `history`, and returns; call `train()` again to continue.
+`train_step()` is those three phases plus one row of metrics, done atomically; `train()` loops
+over `train_step()` with evaluation and callbacks. `loss_and_gradient(minibatch)` gives a loss and
+its gradient without changing the weights (to compare losses or advantages on the same samples).
+
+The loop knows the algorithm only through its hooks (algorithm.py): `make_critic`,
+`shape_rollout`, `needs_old_logprobs`, `compute_advantages`, `loss`, `after_step`, `kl_coefficient`
+and `state_dict`. It never names one.
+
+Faults: each step is atomic. A non-finite loss, gradient or weight, or a KeyboardInterrupt (Stop in
+Jupyter), restores the weights, optimiser, algorithm and RNG states from before the step, keeps
+every completed row of `history`, and returns; call `train()` again to continue.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import time
 import warnings
@@ -24,27 +33,31 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from ..callbacks import Callback, call_hooks
 from ..device import autocast, pick_device
 from ..evaluate import completion_budget, greedy_accuracy
-from ..sampling import SamplingConfig, generate
+from ..sampling import SamplingConfig
+from ..schedule import learning_rate_at
 from ..tasks import get_task
-from .advantages import overlong_soft_penalty
-from .algorithm import Algorithm
+from ..validation import check_number
+from .algorithm import Algorithm, LossInfo
 from .config import RLConfig
+from .losses import explained_variance
 from .metrics import (
     METRIC_COLUMNS,
     UpdateStats,
-    kl_metrics,
     model_bytes,
     optimizer_bytes,
     peak_memory_bytes,
     reward_stats,
 )
-from .rollout import Rollout, policy_forward
+from .rollout import PolicyOutput, Rollout, RolloutSampler, policy_forward
+
+__all__ = ["Callback", "LossAndGradient", "NonFiniteLossError", "StepDistributions", "Trainer"]
 
 
 class NonFiniteLossError(FloatingPointError):
-    """The loss or the gradient of a step was NaN or infinite."""
+    """The loss, the gradient or the weights of a step were NaN or infinite."""
 
 
 @dataclass
@@ -59,20 +72,25 @@ class StepDistributions:
     sequence_ratios: torch.Tensor = field(default_factory=lambda: torch.empty(0))  # (n,) per completion, all passes
 
 
-class Callback:
-    """Subclass and override what you need; `Trainer(callbacks=[...])` or `trainer.add_callback`."""
+@dataclass
+class LossAndGradient:
+    """`Trainer.loss_and_gradient`: a minibatch's loss, its report, and d loss / d parameters (flat)."""
 
-    def on_train_begin(self, trainer: Trainer) -> None: ...
-
-    def on_step_end(self, trainer: Trainer, metrics: dict, distributions: StepDistributions | None) -> None: ...
-
-    def on_train_end(self, trainer: Trainer) -> None: ...
+    loss: float
+    info: LossInfo
+    gradient: torch.Tensor  # (num_trainable_parameters,)
 
 
 class Trainer:
-    """Train `model` (default: the shipped RL starting checkpoint) with `config.algo`."""
+    """Train `model` (default: the shipped RL starting checkpoint) with `config.algo`.
 
-    def __init__(self, config: RLConfig, model=None, tokenizer=None, callbacks=(), algorithm: Algorithm | None = None):
+    reward_fn: what the optimiser maximises; default the task's rule (config.reward_weights). Any
+    callable (prompt, completion, answer, finished) -> float, or an object with
+    `score_batch(prompts, completions, answers, finished)`. Accuracy is always the task's exact match.
+    """
+
+    def __init__(self, config: RLConfig, model=None, tokenizer=None, reward_fn=None, callbacks=(),
+                 algorithm: Algorithm | None = None):
         from . import ALGORITHMS
 
         self.config = config
@@ -80,7 +98,7 @@ class Trainer:
         self.device = pick_device(config.device)
         torch.manual_seed(config.seed)
         if model is None:
-            from ..presets import load_checkpoint
+            from ..checkpoints import load_checkpoint
 
             model, tokenizer, _ = load_checkpoint(config.init_checkpoint)
         if tokenizer is None:
@@ -88,26 +106,22 @@ class Trainer:
         self.tokenizer = tokenizer
         self.policy = model.to(self.device)
         self.ref_model = copy.deepcopy(self.policy).eval().requires_grad_(False)
-        self.critic = None
-        if self.algorithm.uses_critic:
-            if getattr(config, "critic", "head") == "separate":
-                self.critic = copy.deepcopy(self.policy)
-                self.critic.add_value_head()
-            else:
-                self.policy.add_value_head()
-        params = list(self.policy.parameters()) + (list(self.critic.parameters()) if self.critic else [])
-        self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay,
-                                           betas=(0.9, 0.99))
+        self.critic = self.algorithm.make_critic(self.policy)  # None, the policy itself, or its own model
+        self.optimizer = torch.optim.AdamW(self.trainable_parameters(), lr=config.learning_rate,
+                                           weight_decay=config.weight_decay, betas=(0.9, 0.99))
         self.task = get_task(config.task, **config.task_params)
-        self.reward_fn = self.task.reward_fn(config.reward_weights)  # validates the weights' names
+        if reward_fn is None:
+            reward_fn = self.task.reward_fn(config.reward_weights)  # validates the weights' names
         self.train_examples, test = self.task.make_split(0, config.n_train, config.n_test)  # data seed fixed
         self.eval_examples = test[: config.eval_examples]
         self.max_completion_length = config.max_completion_length or completion_budget(self.train_examples)
-        self.algorithm.max_completion_length = self.max_completion_length
-        self.sampling = SamplingConfig(do_sample=True, temperature=config.temperature,
-                                       max_new_tokens=self.max_completion_length, return_logprobs=True)
-        self.sample_generator = torch.Generator(self.device).manual_seed(config.seed)
-        self.data_generator = torch.Generator().manual_seed(config.seed)
+        sampling = SamplingConfig(do_sample=True, temperature=config.temperature,
+                                  max_new_tokens=self.max_completion_length, return_logprobs=True)
+        self.sampler = RolloutSampler(
+            self.policy, tokenizer, self.task, reward_fn, self.train_examples, sampling, config.num_generations,
+            sample_generator=torch.Generator(self.device).manual_seed(config.seed),
+            data_generator=torch.Generator().manual_seed(config.seed),
+        )
         self.callbacks = list(callbacks)
         self.rows: list[dict] = []
         self.distributions: list[StepDistributions] = []
@@ -116,13 +130,25 @@ class Trainer:
         self.stop_reason: str | None = None
 
     # ------------------------------------------------------------------------------------------
-    # Public API
+    # What the trainer holds
+
+    @property
+    def reward_fn(self):
+        """The reward the optimiser sees (pass another one to the constructor)."""
+        return self.sampler.reward_fn
 
     @property
     def history(self) -> pd.DataFrame:
         frame = pd.DataFrame(self.rows)
         ordered = [c for c in METRIC_COLUMNS if c in frame.columns]
         return frame[ordered + [c for c in frame.columns if c not in ordered]]
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        """The policy's parameters, then a separate critic's (a shared value head is the policy's)."""
+        params = list(self.policy.parameters())
+        if self.critic is not None and self.critic is not self.policy:
+            params += list(self.critic.parameters())
+        return params
 
     def add_callback(self, callback) -> None:
         self.callbacks.append(callback)
@@ -132,42 +158,14 @@ class Trainer:
         return greedy_accuracy(self.policy, self.tokenizer, self.task, examples or self.eval_examples,
                                max_new_tokens=self.max_completion_length)
 
-    def train(self, steps: int | None = None, time_budget: float | None = None) -> pd.DataFrame:
-        """Run `steps` more steps (default config.steps) or until `time_budget` seconds of training.
-
-        Returns the history. Stops early, cleanly, on KeyboardInterrupt or a non-finite loss
-        (`self.stop_reason` says which); the model is then as it was after the last good step.
-        """
-        c = self.config
-        steps = c.steps if steps is None else steps
-        time_budget = c.time_budget if time_budget is None else time_budget
-        budget_end = None if time_budget is None else self.train_time + time_budget
-        last_step = self.step + steps
-        self.stop_reason = None
-        self._call("on_train_begin")
-        try:
-            if not self.rows:  # step 0: where we start from
-                self.rows.append({"step": 0, "wall_time": 0.0, "eval_accuracy": self.evaluate()})
-            while self.step < last_step and (budget_end is None or self.train_time < budget_end):
-                metrics, distributions = self._train_step()
-                self.rows.append(metrics)
-                if distributions is not None:
-                    self.distributions.append(distributions)
-                out_of_time = budget_end is not None and self.train_time >= budget_end
-                if c.eval_every and (self.step % c.eval_every == 0 or self.step == last_step or out_of_time):
-                    metrics["eval_accuracy"] = self.evaluate()
-                self._call("on_step_end", metrics, distributions)
-            self.stop_reason = self.stop_reason or ("time_budget" if self.step < last_step else "steps")
-        except KeyboardInterrupt:
-            self.stop_reason = "interrupted"
-            print(f"Training interrupted after step {self.step}; model and history are intact "
-                  f"({len(self.rows)} rows). Call train() again to continue.")
-        except NonFiniteLossError as exc:
-            self.stop_reason = "non_finite"
-            warnings.warn(str(exc), RuntimeWarning, stacklevel=2)
-        finally:
-            self._call("on_train_end")
-        return self.history
+    def memory_bytes(self) -> dict:
+        """Parameter and optimiser-state bytes of every model this trainer holds."""
+        models = {"policy": self.policy, "reference": self.ref_model}
+        if self.critic is not None and self.critic is not self.policy:
+            models["critic"] = self.critic
+        out = {f"params_{name}": model_bytes(m) for name, m in models.items()}
+        out["optimizer"] = optimizer_bytes(self.optimizer)
+        return out
 
     def save(self, folder: str | Path) -> Path:
         """The policy as a Hugging Face folder (atomic) plus history.csv beside it."""
@@ -180,65 +178,188 @@ class Trainer:
         self.history.to_csv(folder / "history.csv", index=False)
         return folder
 
-    def memory_bytes(self) -> dict:
-        """Parameter and optimiser-state bytes of every model this trainer holds."""
-        models = {"policy": self.policy, "reference": self.ref_model}
-        if self.critic is not None:
-            models["critic"] = self.critic
-        out = {f"params_{name}": model_bytes(m) for name, m in models.items()}
-        out["optimizer"] = optimizer_bytes(self.optimizer)
+    # ------------------------------------------------------------------------------------------
+    # The phases of one step
+
+    @torch.no_grad()
+    def collect_rollout(self) -> Rollout:
+        """Phase 1: sample and score `prompts_per_step` x G completions, let the algorithm shape the
+        batch, then the no-grad forwards the loss needs: log pi_ref (the KL), log pi_old when the
+        algorithm asks for it, and the critic's V_old."""
+        self.policy.eval()
+        try:
+            rollout = self.algorithm.shape_rollout(self.sampler(self.config.prompts_per_step), self.sampler)
+            T = self.config.temperature
+            with autocast(self.device):
+                rollout.ref_logprobs = policy_forward(self.ref_model, rollout, T).logprobs
+                if self.algorithm.needs_old_logprobs or self.critic is self.policy:
+                    old = policy_forward(self.policy, rollout, T, with_values=self.critic is self.policy)
+                    if self.algorithm.needs_old_logprobs:
+                        rollout.old_logprobs = old.logprobs
+                    rollout.old_values = old.values
+                if self.critic is not None and self.critic is not self.policy:
+                    rollout.old_values = policy_forward(self.critic, rollout, T, with_values=True).values
+        finally:
+            self.policy.train()
+        return rollout
+
+    def policy_outputs(self, minibatch: Rollout, with_entropy: bool = False) -> PolicyOutput:
+        """Log pi(token) under the weights being trained (with gradient), and V(s_t) from the critic."""
+        T, shared = self.config.temperature, self.critic is self.policy
+        with autocast(self.device):
+            out = policy_forward(self.policy, minibatch, T, with_entropy=with_entropy, with_values=shared)
+            if self.critic is not None and not shared:
+                out.values = policy_forward(self.critic, minibatch, T, with_values=True).values
         return out
 
+    def update(self, rollout: Rollout) -> UpdateStats:
+        """Phase 3: `num_iterations` passes over the rollout, each in `num_minibatches` shuffled
+        minibatches; per minibatch: loss -> backward -> clip the gradient norm -> optimiser step.
+        rollout.advantages must be filled (phase 2). Raises NonFiniteLossError on a NaN/inf loss or
+        gradient, before the optimiser step that would have used it."""
+        c = self.config
+        step = self.step + 1
+        stats = UpdateStats()
+        N = len(rollout)
+        size = N // c.num_minibatches
+        params = self.trainable_parameters()
+        for iteration in range(c.num_iterations):
+            order = torch.randperm(N, generator=self.sampler.data_generator).to(self.device)
+            for k in range(c.num_minibatches):
+                minibatch = rollout.select(order[k * size : (k + 1) * size])
+                first_pass = iteration == 0
+                policy = self.policy_outputs(minibatch, with_entropy=first_pass)
+                if minibatch.old_logprobs is None:  # on-policy: old = new.detach(), the ratio is exactly 1
+                    minibatch.old_logprobs = policy.logprobs.detach()
+                loss, info = self.algorithm.loss(minibatch, policy)
+                if not torch.isfinite(loss):
+                    raise NonFiniteLossError(f"non-finite loss ({loss.item()}) at step {step}; training stopped "
+                                             f"and the weights were kept from step {step - 1}")
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm))
+                if not math.isfinite(grad_norm):
+                    raise NonFiniteLossError(f"non-finite gradient norm at step {step}; training stopped and the "
+                                             f"weights were kept from step {step - 1}")
+                self.optimizer.step()
+                mask = minibatch.completion_mask
+                stats.add(info, mask, grad_norm, keep=c.keep_distributions)
+                if first_pass:
+                    explained = None
+                    if minibatch.returns is not None and policy.values is not None:
+                        explained = float(explained_variance(policy.values.detach(), minibatch.returns, mask))
+                    stats.add_first_pass(policy.entropy, minibatch.old_logprobs, minibatch.ref_logprobs, mask,
+                                         explained)
+        return stats
+
+    def loss_and_gradient(self, minibatch: Rollout, algorithm: Algorithm | None = None,
+                          on_policy: bool = False) -> LossAndGradient:
+        """The loss of `minibatch` under the current weights and its gradient (flattened over
+        `trainable_parameters()`), with this trainer's algorithm or another one. Nothing is updated.
+        on_policy=True (or no stored old log-probs) takes pi_old = pi_theta.detach(): ratio exactly 1,
+        what `update` does with one pass and one minibatch."""
+        algorithm = algorithm or self.algorithm
+        policy = self.policy_outputs(minibatch)
+        if on_policy or minibatch.old_logprobs is None:
+            minibatch = dataclasses.replace(minibatch, old_logprobs=policy.logprobs.detach())
+        loss, info = algorithm.loss(minibatch, policy)
+        params = self.trainable_parameters()
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+        flat = torch.cat([(g if g is not None else torch.zeros_like(p)).flatten() for g, p in zip(grads, params)])
+        return LossAndGradient(loss=loss.item(), info=info, gradient=flat)
+
     # ------------------------------------------------------------------------------------------
-    # One step
+    # A whole step, and the loop
 
-    def _call(self, event: str, *args) -> None:
-        for callback in self.callbacks:
-            method = getattr(callback, event, None)
-            if method is not None:
-                method(self, *args)
-
-    def _snapshot(self):
-        clone = lambda sd: {k: (v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)) for k, v in sd.items()}  # noqa: E731
-        return (clone(self.policy.state_dict()), clone(self.critic.state_dict()) if self.critic else None,
-                copy.deepcopy(self.optimizer.state_dict()), copy.deepcopy(getattr(self.algorithm, "kl_controller", None)),
-                self.sample_generator.get_state(), self.data_generator.get_state())
-
-    def _restore(self, snapshot) -> None:
-        policy, critic, optimizer, kl_controller, sample_state, data_state = snapshot
-        self.policy.load_state_dict(policy)
-        if self.critic is not None:
-            self.critic.load_state_dict(critic)
-        self.optimizer.load_state_dict(optimizer)
-        if kl_controller is not None:
-            self.algorithm.kl_controller = kl_controller
-        self.sample_generator.set_state(sample_state)
-        self.data_generator.set_state(data_state)
-
-    def _train_step(self) -> tuple[dict, StepDistributions | None]:
+    def train_step(self) -> dict:
+        """Phases 1-3 plus one row of metrics, atomically: if anything fails (a non-finite loss, a
+        KeyboardInterrupt) the model, optimiser, algorithm and RNG states are as before the step.
+        Returns the row, which is also appended to `history`."""
         snapshot = self._snapshot()
         try:
-            return self._unsafe_train_step()
+            metrics, distributions = self._step()
         except BaseException:
             self._restore(snapshot)  # a half-done step never leaks into the model
             raise
+        self.rows.append(metrics)
+        if distributions is not None:
+            self.distributions.append(distributions)
+        return metrics
 
-    def _unsafe_train_step(self):
+    def train(self, steps: int | None = None, time_budget: float | None = None) -> pd.DataFrame:
+        """Run `steps` more steps (default config.steps) or until `time_budget` seconds of training.
+
+        Returns the history. Stops early, cleanly, on KeyboardInterrupt or a non-finite loss
+        (`self.stop_reason` says which); the model is then as it was after the last good step.
+        """
+        c = self.config
+        steps = c.steps if steps is None else steps
+        time_budget = c.time_budget if time_budget is None else time_budget
+        check_number("steps", steps, low=0, integer=True)
+        if time_budget is not None:
+            check_number("time_budget", time_budget, low=0, low_open=True)
+        budget_end = None if time_budget is None else self.train_time + time_budget
+        last_step = self.step + steps
+        self.stop_reason = None
+        call_hooks(self.callbacks, "on_train_begin", self)
+        try:
+            if not self.rows:  # step 0: where we start from
+                self.rows.append({"step": 0, "wall_time": 0.0, "eval_accuracy": self.evaluate()})
+            while self.step < last_step and (budget_end is None or self.train_time < budget_end):
+                metrics = self.train_step()
+                out_of_time = budget_end is not None and self.train_time >= budget_end
+                if c.eval_every and (self.step % c.eval_every == 0 or self.step == last_step or out_of_time):
+                    metrics["eval_accuracy"] = self.evaluate()
+                call_hooks(self.callbacks, "on_step_end", self, metrics,
+                           self.distributions[-1] if c.keep_distributions else None)
+            self.stop_reason = "time_budget" if self.step < last_step else "steps"
+        except KeyboardInterrupt:
+            self.stop_reason = "interrupted"
+            print(f"Training interrupted after step {self.step}; model and history are intact "
+                  f"({len(self.rows)} rows). Call train() again to continue.")
+        except NonFiniteLossError as exc:
+            self.stop_reason = "non_finite"
+            warnings.warn(str(exc), RuntimeWarning, stacklevel=2)
+        finally:
+            call_hooks(self.callbacks, "on_train_end", self)
+        return self.history
+
+    # ------------------------------------------------------------------------------------------
+
+    def _snapshot(self):
+        clone = lambda sd: {k: (v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)) for k, v in sd.items()}  # noqa: E731
+        separate = self.critic is not None and self.critic is not self.policy
+        return (clone(self.policy.state_dict()), clone(self.critic.state_dict()) if separate else None,
+                copy.deepcopy(self.optimizer.state_dict()), copy.deepcopy(self.algorithm.state_dict()),
+                self.sampler.sample_generator.get_state(), self.sampler.data_generator.get_state())
+
+    def _restore(self, snapshot) -> None:
+        policy, critic, optimizer, algorithm, sample_state, data_state = snapshot
+        self.policy.load_state_dict(policy)
+        if critic is not None:
+            self.critic.load_state_dict(critic)
+        self.optimizer.load_state_dict(optimizer)
+        self.algorithm.load_state_dict(algorithm)
+        self.sampler.sample_generator.set_state(sample_state)
+        self.sampler.data_generator.set_state(data_state)
+
+    def _step(self) -> tuple[dict, StepDistributions | None]:
         c = self.config
         step = self.step + 1
         for group in self.optimizer.param_groups:
-            group["lr"] = c.learning_rate * min(1.0, step / c.warmup_steps) if c.warmup_steps else c.learning_rate
+            group["lr"] = learning_rate_at(step, c.learning_rate, c.warmup_steps)
         t0 = time.perf_counter()
-        rollout = self._collect_rollout()
+        rollout = self.collect_rollout()
         t1 = time.perf_counter()
         self.algorithm.compute_advantages(rollout)
         if not torch.isfinite(rollout.advantages).all():
             bad = int((~torch.isfinite(rollout.rewards)).sum())
-            raise NonFiniteLossError(
-                f"non-finite advantages at step {step} ({bad} non-finite reward(s)); training stopped and the "
-                f"weights were kept from step {self.step}"
-            )
-        stats, extra = self._update(rollout, step)
+            raise NonFiniteLossError(f"non-finite advantages at step {step} ({bad} non-finite reward(s)); training "
+                                     f"stopped and the weights were kept from step {self.step}")
+        stats = self.update(rollout)
+        if not all(torch.isfinite(p).all() for p in self.trainable_parameters()):
+            raise NonFiniteLossError(f"non-finite weights after the update of step {step}; training stopped and "
+                                     f"the weights were kept from step {self.step}")
         t2 = time.perf_counter()
 
         self.step = step
@@ -249,10 +370,9 @@ class Trainer:
         metrics = {
             "step": step, "wall_time": self.train_time, "step_time": t2 - t0, "rollout_time": t1 - t0,
             "update_time": t2 - t1,
-            **reward_stats(rollout.rewards, c.num_generations),
+            **reward_stats(rollout.rewards, rollout.num_generations),
             "accuracy": rollout.correct.float().mean().item(),
             "eval_accuracy": float("nan"),
-            **extra,
             **stats.metrics(),
             "adv_mean": rollout.advantages[m.bool()].mean().item() if m.any() else float("nan"),
             "adv_std": rollout.advantages[m.bool()].std().item() if m.sum() > 1 else float("nan"),
@@ -262,136 +382,19 @@ class Trainer:
             "lr": self.optimizer.param_groups[0]["lr"],
             "tokens_per_s": lengths.sum().item() / max(t2 - t0, 1e-9),
             "num_rollout_rows": len(rollout),
-            "kl_coef": getattr(c, "kl_coef", c.beta),
         }
         memory = self.memory_bytes()
         metrics["mem_params_bytes"] = sum(v for k, v in memory.items() if k.startswith("params_"))
         metrics["mem_optimizer_bytes"] = memory["optimizer"]
         metrics["mem_peak_bytes"] = peak_memory_bytes(self.device)
         self.algorithm.after_step(metrics)
+        metrics["kl_coef"] = self.algorithm.kl_coefficient  # after the hook: an adaptive weight has moved
         distributions = None
         if c.keep_distributions:
             distributions = StepDistributions(
                 step=step, advantages=advantages.float().cpu(), rewards=rollout.rewards.float().cpu(),
-                num_generations=c.num_generations,
+                num_generations=rollout.num_generations,
                 token_ratios=torch.cat(stats.token_ratios) if stats.token_ratios else torch.empty(0),
                 sequence_ratios=torch.cat(stats.sequence_ratios) if stats.sequence_ratios else torch.empty(0),
             )
         return metrics, distributions
-
-    @torch.no_grad()
-    def _sample(self, examples, num_generations: int, config: SamplingConfig) -> Rollout:
-        prompts = [self.tokenizer.encode(e.prompt, add_bos=True) for e in examples]
-        with autocast(self.device):
-            out = generate(self.policy, prompts, config, num_return_sequences=num_generations,
-                           generator=self.sample_generator)
-        rewards, correct = [], []
-        for row, ids in enumerate(out.completion_ids.tolist()):
-            example = examples[row // num_generations]
-            text, finished = self.tokenizer.decode_until_eos(ids)
-            rewards.append(self.reward_fn(example.prompt, text, example.answer, finished))
-            correct.append(self.task.score(example.prompt, text, example.answer, finished))
-        mask = out.completion_mask.float()
-        return Rollout(
-            input_ids=out.sequences, attention_mask=out.attention_mask, prompt_width=out.prompt_ids.shape[1],
-            completion_ids=out.completion_ids, completion_mask=mask,
-            rewards=torch.tensor(rewards, dtype=torch.float32, device=self.device),
-            correct=torch.tensor(correct, dtype=torch.float32, device=self.device),
-            finished=out.finished, num_generations=num_generations,
-        )
-
-    def _draw_prompts(self, count: int):
-        index = torch.randint(len(self.train_examples), (count,), generator=self.data_generator)
-        return [self.train_examples[i] for i in index.tolist()]
-
-    @torch.no_grad()
-    def _collect_rollout(self) -> Rollout:
-        c, G = self.config, self.config.num_generations
-        self.policy.eval()
-        examples = self._draw_prompts(c.prompts_per_step)
-        rollout = self._sample(examples, G, self.sampling)
-        if getattr(c, "dynamic_sampling", False):  # DAPO: keep only groups whose rewards differ
-            parts, kept_examples = [], []
-            for round_ in range(c.max_resample_rounds + 1):
-                if round_:
-                    examples = self._draw_prompts(c.prompts_per_step)
-                    rollout = self._sample(examples, G, self.sampling)
-                informative = rollout.rewards.view(-1, G).std(1) > 0
-                rows = informative.repeat_interleave(G).nonzero().squeeze(1)
-                parts.append(rollout.select(rows))
-                kept_examples += [e for e, keep in zip(examples, informative.tolist()) if keep]
-                if len(kept_examples) >= c.prompts_per_step:
-                    break
-            if kept_examples:
-                rollout = Rollout.concat(parts)
-                keep = min(len(kept_examples), c.prompts_per_step) * G
-                rollout = rollout.select(torch.arange(keep, device=self.device))
-                examples = kept_examples[: keep // G]
-        if getattr(c, "overlong_buffer", 0):
-            rollout.rewards = rollout.rewards + overlong_soft_penalty(
-                rollout.lengths, self.max_completion_length, c.overlong_buffer)
-        if self.algorithm.uses_greedy_baseline:  # ReMax: score one greedy answer per prompt
-            greedy = SamplingConfig(do_sample=False, max_new_tokens=self.max_completion_length)
-            rollout.greedy_rewards = self._sample(examples, 1, greedy).rewards
-        T = c.temperature
-        with autocast(self.device):
-            rollout.ref_logprobs = policy_forward(self.ref_model, rollout, T).logprobs
-            if not c.on_policy or self.algorithm.uses_critic:
-                rollout.old_logprobs = policy_forward(self.policy, rollout, T).logprobs
-            if self.algorithm.uses_critic:
-                critic = self.critic or self.policy
-                rollout.old_values = policy_forward(critic, rollout, T, with_values=True).values
-        if getattr(c, "mask_truncated_completions", False):
-            rollout.completion_mask = rollout.completion_mask * rollout.finished[:, None].float()
-        self.policy.train()
-        return rollout
-
-    def _update(self, rollout: Rollout, step: int) -> tuple[UpdateStats, dict]:
-        c = self.config
-        stats = UpdateStats()
-        extra: dict = {}
-        N = len(rollout)
-        size = N // c.num_minibatches
-        params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        entropies, kls, explained = [], [], []
-        for iteration in range(c.num_iterations):
-            order = torch.randperm(N, generator=self.data_generator).to(self.device)
-            for k in range(c.num_minibatches):
-                minibatch = rollout.select(order[k * size : (k + 1) * size])
-                first_pass = iteration == 0
-                with autocast(self.device):
-                    policy = policy_forward(self.policy, minibatch, c.temperature, with_entropy=first_pass,
-                                            with_values=self.algorithm.uses_critic and self.critic is None)
-                    if self.critic is not None:
-                        policy.values = policy_forward(self.critic, minibatch, c.temperature, with_values=True).values
-                if minibatch.old_logprobs is None:  # on-policy: old = new.detach(), the ratio is exactly 1
-                    minibatch.old_logprobs = policy.logprobs.detach()
-                loss, info = self.algorithm.loss(minibatch, policy)
-                if not torch.isfinite(loss):
-                    raise NonFiniteLossError(
-                        f"non-finite loss ({loss.item()}) at step {step}; training stopped and the weights were "
-                        f"kept from step {step - 1}"
-                    )
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm))
-                if not math.isfinite(grad_norm):
-                    raise NonFiniteLossError(
-                        f"non-finite gradient norm at step {step}; training stopped and the weights were kept "
-                        f"from step {step - 1}"
-                    )
-                self.optimizer.step()
-                mask = minibatch.completion_mask
-                stats.add(info, mask, grad_norm, keep=c.keep_distributions)
-                if first_pass:
-                    entropies.append((policy.entropy * mask).sum().item() / max(mask.sum().item(), 1))
-                    kls.append(kl_metrics(minibatch.old_logprobs, minibatch.ref_logprobs, mask))
-                    if minibatch.returns is not None and policy.values is not None:
-                        from .losses import explained_variance
-
-                        explained.append(float(explained_variance(policy.values.detach(), minibatch.returns, mask)))
-        extra["entropy"] = sum(entropies) / len(entropies)
-        extra["kl_k1"] = sum(k["kl_k1"] for k in kls) / len(kls)
-        extra["kl_k3"] = sum(k["kl_k3"] for k in kls) / len(kls)
-        extra["explained_variance"] = sum(explained) / len(explained) if explained else float("nan")
-        return stats, extra

@@ -1,0 +1,80 @@
+"""The critic-free policy gradient that REINFORCE, RLOO, ReMax, GRPO and GSPO share.
+
+Each of them scores a whole completion, turns the scores into one advantage A_i per completion
+(that is all that tells them apart: `outcome_advantages`), gives every token of o_i that A_i, and
+minimises the same surrogate:
+
+    r_it    = pi(o_it) / pi_old(o_it)                                  `importance_ratio` (GSPO: s_i)
+    loss_it = -min(r_it A_i, clip(r_it, 1 - eps, 1 + eps_high) A_i)    clip = True
+            = -r_it A_i                                                clip = False (REINFORCE)
+            + beta * k3_it                                             beta > 0: KL to pi_ref in the loss
+    loss    = aggregate(loss_it)       loss_type: grpo (token mean per sequence, then mean) | bnpo | dr_grpo | dapo
+
+On-policy (one pass, one minibatch) the ratio is exactly 1 with a live gradient, so the clip never
+acts and the gradient is -(1/N) sum_i A_i (1/|o_i|) sum_t grad log pi(o_it): REINFORCE.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from ..validation import check_bool, check_choice, check_number
+from .algorithm import Algorithm, LossInfo, broadcast_to_tokens
+from .config import RLConfig
+from .kl import kl_k3
+from .losses import LOSS_TYPES, aggregate, clipped_surrogate, token_log_ratio
+
+
+@dataclass
+class PolicyGradientConfig(RLConfig):
+    loss_type: str = "grpo"  # grpo | bnpo | dr_grpo | dapo: how per-token losses are averaged
+    clip: bool = True  # False: the plain importance-weighted policy gradient -ratio * A
+    beta: float = 0.0  # weight of the k3 KL to the reference, in the loss (TRL's default 0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("loss_type", self.loss_type, LOSS_TYPES)
+        check_bool("clip", self.clip)
+        check_number("beta", self.beta, low=0)
+
+
+class PolicyGradient(Algorithm):
+    """One advantage per completion, broadcast to its tokens; the surrogate above."""
+
+    config_class = PolicyGradientConfig
+
+    @abstractmethod
+    def outcome_advantages(self, rollout) -> torch.Tensor:
+        """(N,) one advantage per completion, from rollout.rewards (and the baseline of the method)."""
+
+    def compute_advantages(self, rollout) -> None:
+        rollout.advantages = broadcast_to_tokens(self.outcome_advantages(rollout), rollout.completion_mask)
+
+    def importance_ratio(self, logprobs, old_logprobs, mask) -> torch.Tensor:
+        """Token-level: every token has its own ratio pi / pi_old. (N, T)."""
+        return torch.exp(token_log_ratio(logprobs, old_logprobs))
+
+    def loss(self, minibatch, policy):
+        c, mask, advantages = self.config, minibatch.completion_mask, minibatch.advantages
+        ratio = self.importance_ratio(policy.logprobs, minibatch.old_logprobs, mask)
+        if c.clip:
+            per_token, clipped_low, clipped_high = clipped_surrogate(ratio, advantages, c.eps_low, c.eps_high)
+        else:  # same value as -A on-policy, gradient A * grad log pi (REINFORCE)
+            per_token = -ratio * advantages
+            clipped_low = clipped_high = torch.zeros_like(mask, dtype=torch.bool)
+        length = minibatch.max_completion_length or mask.shape[1]  # Dr. GRPO's constant: the generation budget
+        policy_loss = aggregate(per_token, mask, c.loss_type, max_completion_length=length)
+        loss, kl_loss = policy_loss, torch.zeros(())
+        if c.beta > 0:  # the KL in the loss (k3, always >= 0), not in the reward as PPO does
+            kl = kl_k3(policy.logprobs, minibatch.ref_logprobs)
+            kl_loss = aggregate(c.beta * kl, mask, c.loss_type, max_completion_length=length)
+            loss = policy_loss + kl_loss
+        return loss, LossInfo.of(policy_loss, ratio, clipped_low, clipped_high, minibatch, policy,
+                                 kl_penalty=kl_loss.item())
+
+    @property
+    def kl_coefficient(self) -> float:
+        return self.config.beta
