@@ -44,7 +44,8 @@ def run_data(args: argparse.Namespace) -> int:
 
 
 def add_sft_parser(subparsers) -> None:
-    from .presets import CHECKPOINT_DIR, PRESETS
+    from .checkpoints import CHECKPOINT_DIR
+    from .presets import PRESETS
 
     parser = subparsers.add_parser(
         "sft", help="supervised fine-tuning: (re)generate the shipped checkpoints",

@@ -3,26 +3,35 @@
     input   <bos> 4 7 + 8 5 = 2 3 1 <eos>
     loss              . . . . . x x x x      (prompt positions are masked out)
 
-AdamW with linear warm-up then cosine decay, gradient clipping, greedy accuracy on the held-out
-split every `eval_every` steps, and a pandas history. Deterministic for a seed on CPU.
+    trainer = SFTTrainer(config, tokenizer, callbacks=[LiveDashboard()])   # the task's reference answers
+    trainer = SFTTrainer(config, tokenizer, model=student, train_examples=teacher_examples)  # distillation
+    history = trainer.train(time_budget=60)       # call again to continue: same optimizer, same step count
+
+AdamW with linear warm-up then cosine decay (`schedule.learning_rate_at`), gradient clipping, greedy
+accuracy on the held-out split every `eval_every` steps, and a pandas history. Deterministic for a
+seed on CPU. Each step is atomic: Stop / KeyboardInterrupt or a non-finite loss leaves the model and
+the optimizer as they were after the last completed step.
 """
 
 from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
+from .callbacks import Callback, call_hooks
 from .device import autocast, pick_device
 from .evaluate import greedy_accuracy
 from .model import LlamaModel, ModelConfig
+from .schedule import learning_rate_at
 from .tasks import TASKS, get_task
+from .validation import check_choice, check_number, check_optional
 
 
 def lab_model_config(tokenizer, **overrides) -> ModelConfig:
@@ -53,38 +62,33 @@ class SFTConfig:
     task_params: dict = field(default_factory=lambda: {"digits": 3})
     n_train: int = 20000
     n_test: int = 500
-    steps: int = 2000
+    steps: int = 2000  # also the length of the cosine decay (a continued run stays at its floor)
     batch_size: int = 64
     learning_rate: float = 3e-3
     warmup_steps: int = 100
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
-    eval_every: int = 200
+    eval_every: int = 200  # 0: never evaluate
     eval_examples: int = 500
     stop_at_accuracy: float | None = None  # stop at the first evaluation reaching this accuracy
+    time_budget: float | None = None  # seconds of training (evaluation excluded); None: `steps` decides
     seed: int = 0  # initialisation and batch order
     data_seed: int = 0  # the train/test split; fixed at 0 so every run (SFT or RL) holds out the same test set
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        if self.task not in TASKS:
-            raise ValueError(f"task must be one of {sorted(TASKS)}, got {self.task!r}")
+        check_choice("task", self.task, tuple(sorted(TASKS)))
+        if not isinstance(self.task_params, dict):
+            raise ValueError(f"task_params must be a dict, got {self.task_params!r}")
         for name in ("n_train", "n_test", "batch_size", "eval_examples"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            check_number(name, getattr(self, name), low=1, integer=True)
         for name in ("steps", "warmup_steps", "eval_every", "seed", "data_seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
-        if not self.max_grad_norm > 0:
-            raise ValueError(f"max_grad_norm must be > 0, got {self.max_grad_norm!r}")
-        if self.stop_at_accuracy is not None and not 0 < self.stop_at_accuracy <= 1:
-            raise ValueError(f"stop_at_accuracy must be in (0, 1] or None, got {self.stop_at_accuracy!r}")
+            check_number(name, getattr(self, name), low=0, integer=True)
+        check_number("learning_rate", self.learning_rate, low=0, low_open=True)
+        check_number("weight_decay", self.weight_decay, low=0)
+        check_number("max_grad_norm", self.max_grad_norm, low=0, low_open=True)
+        check_optional(check_number, "stop_at_accuracy", self.stop_at_accuracy, low=0, high=1, low_open=True)
+        check_optional(check_number, "time_budget", self.time_budget, low=0, low_open=True)
         get_task(self.task, **self.task_params)  # validates the task's own parameters
 
 
@@ -115,12 +119,229 @@ def completion_loss(model, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> 
     return (nll * mask.reshape(-1)).sum() / mask.sum().clamp(min=1)
 
 
-def lr_at(step: int, config: SFTConfig) -> float:
-    """Linear warm-up to learning_rate, then cosine decay to 10% of it at `steps`."""
-    if step < config.warmup_steps:
-        return config.learning_rate * (step + 1) / config.warmup_steps
-    progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
-    return config.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+class NonFiniteLossError(FloatingPointError):
+    """The loss or the gradient norm of an SFT step was NaN or infinite."""
+
+
+HISTORY_COLUMNS = ("step", "wall_time", "step_time", "loss", "eval_accuracy", "lr", "grad_norm", "tokens_per_s")
+
+
+class SFTTrainer:
+    """SFT of `model` (default: a fresh `lab_model_config` model) on `train_examples`.
+
+    Args:
+        config: the run's settings; `config.task` also scores the held-out evaluation.
+        tokenizer: the lab tokenizer (`rlhf_lab.tokenizer.default_tokenizer()`).
+        model: the model to fine-tune (moved to `config.device`); None builds a fresh one seeded by config.seed.
+        train_examples: `Example`s to imitate (prompt, answer, completion); default the task's training split.
+            Pass a teacher's answers as completions to distil it.
+        eval_examples: held-out `Example`s for `evaluate`; default the first `config.eval_examples` of the
+            task's test split (the one the RL trainer evaluates on).
+        callbacks: `rlhf_lab.callbacks.Callback`s (LiveDashboard, SFTProgressBar, ...).
+
+    After `train()`: `history` (one row per step, row 0 = the model before training), `step`,
+    `train_time` (seconds in training steps, evaluation excluded) and `stop_reason`
+    ("steps" | "time_budget" | "stop_at_accuracy" | "interrupted" | "non_finite").
+    """
+
+    dashboard_kind = "sft"  # LiveDashboard draws its SFT panels for this trainer
+
+    def __init__(self, config: SFTConfig, tokenizer, model: LlamaModel | None = None,
+                 train_examples: Sequence | None = None, eval_examples: Sequence | None = None,
+                 callbacks=()) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+        self.device = pick_device(config.device)
+        torch.manual_seed(config.seed)
+        self.task = get_task(config.task, **config.task_params)
+        if train_examples is None or eval_examples is None:
+            train, test = self.task.make_split(config.data_seed, config.n_train, config.n_test)
+        self.train_examples = list(train if train_examples is None else train_examples)
+        self.eval_examples = list(test[: config.eval_examples] if eval_examples is None else eval_examples)
+        if not self.train_examples:
+            raise ValueError("train_examples must hold at least one Example, got none")
+        if not self.eval_examples:
+            raise ValueError("eval_examples must hold at least one Example, got none")
+        if model is None:
+            model = LlamaModel(lab_model_config(tokenizer))
+        self.model = model.to(self.device).train()
+        # Every example encoded once, right-padded: (N, L) token ids and the completion mask.
+        self.input_ids, self.loss_mask = encode_examples(tokenizer, self.train_examples, self.device)
+        # No weight decay on gains (RMSNorm weights, 1-D): shrinking them towards 0 is not regularisation.
+        decay = [p for n, p in self.model.named_parameters() if p.dim() >= 2]
+        no_decay = [p for n, p in self.model.named_parameters() if p.dim() < 2]
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=config.learning_rate, betas=(0.9, 0.98),
+        )
+        self.batch_generator = torch.Generator().manual_seed(config.seed)  # batch order
+        self.callbacks = list(callbacks)
+        self.rows: list[dict] = []
+        self.step = 0
+        self.train_time = 0.0  # seconds spent in training steps (evaluation excluded)
+        self.stop_reason: str | None = None
+
+    # ------------------------------------------------------------------------------------------
+    # Public API
+
+    @property
+    def history(self) -> pd.DataFrame:
+        frame = pd.DataFrame(self.rows)
+        ordered = [c for c in HISTORY_COLUMNS if c in frame.columns]
+        frame = frame[ordered + [c for c in frame.columns if c not in ordered]]
+        frame.attrs["config"] = asdict(self.config)
+        return frame
+
+    def add_callback(self, callback) -> None:
+        self.callbacks.append(callback)
+
+    def evaluate(self, examples: Sequence | None = None) -> float:
+        """Greedy exact-match accuracy on `examples` (default `eval_examples`), scored by config.task."""
+        examples = self.eval_examples if examples is None else examples
+        return greedy_accuracy(self.model, self.tokenizer, self.task, examples)
+
+    def train(self, steps: int | None = None, time_budget: float | None = None) -> pd.DataFrame:
+        """Run `steps` more steps (default config.steps) or until `time_budget` more seconds of training
+        (default config.time_budget), whichever comes first. Returns the history.
+
+        Stops early, cleanly, at `config.stop_at_accuracy`, on KeyboardInterrupt (Stop in Jupyter) or on a
+        non-finite loss (`stop_reason` says which); the model is then as after the last completed step.
+        Call again to continue: same optimizer, same step counter, same learning-rate schedule.
+        """
+        c = self.config
+        steps = c.steps if steps is None else steps
+        check_number("steps", steps, low=0, integer=True)
+        time_budget = c.time_budget if time_budget is None else time_budget
+        check_optional(check_number, "time_budget", time_budget, low=0, low_open=True)
+        budget_end = None if time_budget is None else self.train_time + time_budget
+        last_step = self.step + steps
+        self.stop_reason = None
+        self.model.train()
+        call_hooks(self.callbacks, "on_train_begin", self)
+        try:
+            if not self.rows:  # step 0: where we start from
+                self.rows.append({"step": 0, "wall_time": 0.0,
+                                  "eval_accuracy": self.evaluate() if c.eval_every else math.nan})
+            while self.step < last_step and (budget_end is None or self.train_time < budget_end):
+                metrics = self._train_step()
+                self.rows.append(metrics)
+                out_of_time = budget_end is not None and self.train_time >= budget_end
+                if c.eval_every and (self.step % c.eval_every == 0 or self.step == last_step or out_of_time):
+                    metrics["eval_accuracy"] = self.evaluate()
+                call_hooks(self.callbacks, "on_step_end", self, metrics, None)
+                if c.stop_at_accuracy is not None and metrics["eval_accuracy"] >= c.stop_at_accuracy:
+                    self.stop_reason = "stop_at_accuracy"
+                    break
+            self.stop_reason = self.stop_reason or ("time_budget" if self.step < last_step else "steps")
+        except KeyboardInterrupt:
+            self.stop_reason = "interrupted"
+            print(f"SFT interrupted after step {self.step}; model and history intact ({len(self.rows)} rows). "
+                  f"Call train() again to continue.")
+        except NonFiniteLossError as exc:
+            self.stop_reason = "non_finite"
+            warnings.warn(str(exc), RuntimeWarning, stacklevel=2)
+        finally:
+            self.model.eval()
+            call_hooks(self.callbacks, "on_train_end", self)
+        return self.history
+
+    # ------------------------------------------------------------------------------------------
+    # One step
+
+    def _snapshot(self):
+        weights = {k: v.clone() for k, v in self.model.state_dict().items()}
+        # AdamW's step counts and moments, per parameter: ~10x cheaper than deep-copying optimizer.state_dict()
+        # (that copy cost ~7% of a lab SFT step on a CPU).
+        moments = {param: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
+                   for param, state in self.optimizer.state.items()}
+        rates = [group["lr"] for group in self.optimizer.param_groups]
+        return weights, moments, rates, self.batch_generator.get_state()
+
+    def _restore(self, snapshot) -> None:
+        weights, moments, rates, batch_state = snapshot
+        self.model.load_state_dict(weights)
+        self.optimizer.state.clear()  # parameters without state at the snapshot (the first step) get none
+        self.optimizer.state.update(moments)
+        for group, rate in zip(self.optimizer.param_groups, rates):
+            group["lr"] = rate
+        self.batch_generator.set_state(batch_state)
+
+    def _train_step(self) -> dict:
+        snapshot = self._snapshot()
+        try:
+            return self._unsafe_train_step()
+        except BaseException:
+            self._restore(snapshot)  # a half-done step never leaks into the model
+            raise
+
+    def _unsafe_train_step(self) -> dict:
+        c = self.config
+        step = self.step + 1
+        lr = learning_rate_at(step, c.learning_rate, c.warmup_steps, c.steps, schedule="cosine")
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        t0 = time.perf_counter()
+        batch = torch.randint(0, len(self.input_ids), (c.batch_size,), generator=self.batch_generator)
+        batch = batch.to(self.device)
+        batch_ids, batch_mask = self.input_ids[batch], self.loss_mask[batch]
+        width = int(batch_mask.nonzero()[:, 1].max()) + 1  # trim the shared right padding
+        with autocast(self.device):
+            loss = completion_loss(self.model, batch_ids[:, :width], batch_mask[:, :width])
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(f"SFT loss became {loss.item()} at step {step}; training stopped and the "
+                                     f"weights were kept from step {step - 1}; lower learning_rate")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm))
+        if not math.isfinite(grad_norm):
+            raise NonFiniteLossError(f"SFT gradient norm became {grad_norm} at step {step}; training stopped and "
+                                     f"the weights were kept from step {step - 1}; lower learning_rate")
+        self.optimizer.step()
+        step_time = time.perf_counter() - t0
+        self.step = step
+        self.train_time += step_time
+        supervised_tokens = float(batch_mask[:, 1:width].sum())  # completion tokens + EOS: what the loss trains
+        return {"step": step, "wall_time": self.train_time, "step_time": step_time, "loss": loss.item(),
+                "eval_accuracy": math.nan, "lr": self.optimizer.param_groups[0]["lr"], "grad_norm": grad_norm,
+                "tokens_per_s": supervised_tokens / max(step_time, 1e-9)}
+
+
+class SFTProgressBar(Callback):
+    """A tqdm bar over the steps of `SFTTrainer.train()` with the loss and the last held-out accuracy."""
+
+    def __init__(self, total: int | None = None, desc: str | None = None) -> None:
+        self.total, self.desc, self.bar = total, desc, None
+
+    def on_train_begin(self, trainer) -> None:
+        from tqdm.auto import tqdm
+
+        total = self.total if self.total is not None else trainer.config.steps
+        self.bar = tqdm(total=total, desc=self.desc or f"sft {trainer.config.task}", leave=False)
+
+    def on_step_end(self, trainer, metrics: dict, distributions=None) -> None:
+        self.bar.update(1)
+        if not math.isnan(metrics["eval_accuracy"]):
+            self.bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['eval_accuracy']:.2f}")
+
+    def on_train_end(self, trainer) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class _RowCallback(Callback):
+    """train_sft's `callback(row)`: the row in train_sft's history format (held-out accuracy as "accuracy")."""
+
+    def __init__(self, callback: Callable[[dict], None]) -> None:
+        self.callback = callback
+
+    def on_step_end(self, trainer, metrics: dict, distributions=None) -> None:
+        self.callback(legacy_row(metrics))
+
+
+def legacy_row(metrics: dict) -> dict:
+    row = {name: metrics[name] for name in ("step", "loss", "lr", "grad_norm", "wall_time")}
+    row["accuracy"] = metrics["eval_accuracy"]
+    return row | {k: v for k, v in metrics.items() if k not in row and k != "eval_accuracy"}
 
 
 def train_sft(
@@ -130,55 +351,25 @@ def train_sft(
     callback: Callable[[dict], None] | None = None,
     progress: bool = True,
 ) -> tuple[LlamaModel, pd.DataFrame]:
-    """Train (or continue training) `model` on `config.task`. Returns (model, history).
+    """Train (or continue training) `model` on `config.task`'s training split. Returns (model, history).
 
-    history has one row per step: step, loss, lr, grad_norm, wall_time, and `accuracy` (held-out
-    greedy exact match) on evaluation steps (NaN elsewhere). `callback(row)` is called per step.
+    The script-style front of `SFTTrainer` (presets and the CLI use it): history has one row per step:
+    step, loss, lr, grad_norm, wall_time (seconds of training, evaluation excluded), `accuracy` (held-out
+    greedy exact match) on evaluation steps (NaN elsewhere), step_time and tokens_per_s; no step-0 row.
+    `callback(row)` is called per step with such a row. A KeyboardInterrupt is re-raised after the
+    trainer stopped cleanly, and a non-finite loss raises FloatingPointError, so a script never saves a
+    half-trained model as if it were done.
     """
-    device = pick_device(config.device)
-    torch.manual_seed(config.seed)
-    task = get_task(config.task, **config.task_params)
-    train, test = task.make_split(config.data_seed, config.n_train, config.n_test)
-    eval_set = test[: config.eval_examples]
-    if model is None:
-        model = LlamaModel(lab_model_config(tokenizer))
-    model.to(device).train()
-    ids, loss_mask = encode_examples(tokenizer, train, device)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=config.learning_rate, betas=(0.9, 0.98),
-    )
-    generator = torch.Generator().manual_seed(config.seed)
-    rows, start = [], time.perf_counter()
-    bar = tqdm(range(config.steps), desc=f"sft {config.task}", disable=not progress, leave=False)
-    for step in bar:
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, config)
-        batch = torch.randint(0, len(train), (config.batch_size,), generator=generator).to(device)
-        batch_ids, batch_mask = ids[batch], loss_mask[batch]
-        width = int(batch_mask.nonzero()[:, 1].max()) + 1  # trim the shared right padding
-        with autocast(device):
-            loss = completion_loss(model, batch_ids[:, :width], batch_mask[:, :width])
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"SFT loss became {loss.item()} at step {step}; lower learning_rate")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-        optimizer.step()
-        row = {"step": step + 1, "loss": loss.item(), "lr": optimizer.param_groups[0]["lr"],
-               "grad_norm": float(grad_norm), "wall_time": time.perf_counter() - start, "accuracy": float("nan")}
-        last = step + 1 == config.steps
-        if config.eval_every and ((step + 1) % config.eval_every == 0 or last):
-            row["accuracy"] = greedy_accuracy(model, tokenizer, task, eval_set)
-            bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['accuracy']:.2f}")
-        rows.append(row)
-        if callback is not None:
-            callback(row)
-        if config.stop_at_accuracy is not None and row["accuracy"] >= config.stop_at_accuracy:
-            break
-    model.eval()
+    callbacks: list[Callback] = [] if callback is None else [_RowCallback(callback)]
+    if progress:
+        callbacks.append(SFTProgressBar())
+    trainer = SFTTrainer(config, tokenizer, model=model, callbacks=callbacks)
+    trainer.train()
+    if trainer.stop_reason == "interrupted":
+        raise KeyboardInterrupt
+    if trainer.stop_reason == "non_finite":
+        raise FloatingPointError(f"SFT loss became non-finite at step {trainer.step + 1}; lower learning_rate")
+    rows = [legacy_row(row) for row in trainer.rows if row["step"] > 0]
     history = pd.DataFrame(rows)
     history.attrs["config"] = asdict(config)
-    return model, history
+    return trainer.model, history

@@ -6,6 +6,10 @@ and a learner can read every token id. The tokenizer is saved as `tokenizer.json
 folder) loads unchanged.
 
     ids:  <pad>=0  <bos>=1  <eos>=2  then one id per character of CHARS
+
+The models are trained on `<bos> prompt completion <eos>`. The lab adds the BOS itself
+(`encode(text, add_bos=True)`); `tokenizer.json` carries the same rule as its post-processor
+(`<bos> $A`), so `AutoTokenizer.from_pretrained(folder)(text)` gives the very ids the lab does.
 """
 
 from __future__ import annotations
@@ -15,11 +19,40 @@ import os
 from pathlib import Path
 
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 SPECIAL_TOKENS = (PAD, BOS, EOS)
 CHARS = "0123456789+-*/=<>()[],.;:|#? abcdefghijklmnopqrstuvwxyz"
+
+
+def bos_post_processor(bos_token_id: int) -> processors.TemplateProcessing:
+    """`<bos> $A` (and `<bos> $A <bos> $B` for pairs): what `add_special_tokens=True` adds.
+
+    The very template transformers builds itself from add_bos_token=True / add_eos_token=False
+    (`TokenizersBackend.update_post_processor`), so the tokenizer behaves the same whether
+    transformers keeps this post-processor or rebuilds it from tokenizer_config.json.
+    """
+    return processors.TemplateProcessing(
+        single=f"{BOS}:0 $A:0", pair=f"{BOS}:0 $A:0 {BOS}:1 $B:1", special_tokens=[(BOS, bos_token_id)]
+    )
+
+
+# tokenizer_config.json. What adds the BOS is tokenizer.json's post-processor: transformers 5 drops
+# add_bos_token / add_eos_token from the config whenever a tokenizer.json is there (so the loaded
+# tokenizer's `.add_bos_token` attribute reads False even though it adds the BOS). They are written
+# anyway, saying the same as the post-processor, for whatever builds the template from them (a
+# transformers constructor given them as keywords rebuilds it, as `to_hf` below does). Left padding
+# is what batched `generate` needs; no clean-up of spaces around punctuation, which would turn
+# "1 , 2" into "1, 2" on decoding.
+HF_TOKENIZER_CONFIG: dict = {
+    "tokenizer_class": "PreTrainedTokenizerFast",
+    "pad_token": PAD, "bos_token": BOS, "eos_token": EOS,
+    "add_bos_token": True, "add_eos_token": False,
+    "padding_side": "left",
+    "clean_up_tokenization_spaces": False,
+    "model_max_length": 1_000_000,
+}
 
 
 class CharTokenizer:
@@ -35,6 +68,7 @@ class CharTokenizer:
         backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # one piece per char
         backend.decoder = decoders.Fuse()  # join pieces back without spaces
         backend.add_special_tokens(list(SPECIAL_TOKENS))
+        backend.post_processor = bos_post_processor(vocab[BOS])
         self.backend = backend
         self.chars = chars
         self.vocab = vocab
@@ -59,6 +93,7 @@ class CharTokenizer:
 
     def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
         self.check(text)
+        # add_special_tokens=False: the BOS (and EOS) are added here, explicitly, never by the post-processor.
         ids = self.backend.encode(text, add_special_tokens=False).ids if text else []
         return ([self.bos_token_id] if add_bos else []) + ids + ([self.eos_token_id] if add_eos else [])
 
@@ -92,12 +127,11 @@ class CharTokenizer:
         Path(path).write_text(self.backend.to_str(pretty=True) + "\n")
 
     def save_pretrained(self, folder: str | os.PathLike) -> None:
-        """tokenizer.json + tokenizer_config.json, so `transformers.AutoTokenizer` loads the folder."""
+        """tokenizer.json + tokenizer_config.json, so `transformers.AutoTokenizer` loads the folder and,
+        with its default `add_special_tokens=True`, encodes like `encode(text, add_bos=True)`."""
         folder = Path(folder)
         self.save(folder / "tokenizer.json")
-        config = {"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": PAD, "bos_token": BOS,
-                  "eos_token": EOS, "padding_side": "left", "model_max_length": 1_000_000}
-        (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        (folder / "tokenizer_config.json").write_text(json.dumps(HF_TOKENIZER_CONFIG, indent=2, sort_keys=True) + "\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> CharTokenizer:
@@ -117,9 +151,8 @@ class CharTokenizer:
         """The same tokenizer as a `transformers.PreTrainedTokenizerFast`."""
         from transformers import PreTrainedTokenizerFast
 
-        return PreTrainedTokenizerFast(
-            tokenizer_object=self.backend, pad_token=PAD, bos_token=BOS, eos_token=EOS, padding_side="left"
-        )
+        kwargs = {k: v for k, v in HF_TOKENIZER_CONFIG.items() if k != "tokenizer_class"}
+        return PreTrainedTokenizerFast(tokenizer_object=self.backend, **kwargs)
 
 
 def default_tokenizer() -> CharTokenizer:

@@ -7,6 +7,7 @@ the value received, e.g. ``learning_rate must satisfy 0 < learning_rate, got -1`
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 
@@ -36,3 +37,16 @@ def check_bool(name: str, value: Any) -> None:
     """Raise ValueError naming `name` unless `value` is True or False."""
     if not isinstance(value, bool):
         raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+def check_optional(check: Callable[..., None], name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+    """Run `check(name, value, *args, **kwargs)` unless `value` is None (a setting left unset).
+
+    e.g. check_optional(check_number, "seed", seed, integer=True); the message adds that None is allowed.
+    """
+    if value is None:
+        return
+    try:
+        check(name, value, *args, **kwargs)
+    except ValueError as error:
+        raise ValueError(f"{error}; None is also allowed") from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlhf_lab.model import DynamicCache, LlamaModel, ModelConfig
+from rlhf_lab.model import DynamicCache, LlamaModel, ModelConfig, StaticCache
 from rlhf_lab.model.paged_cache import PagedKVCache
 from rlhf_lab.model.quantized_cache import QuantizedKVCache, dequantize, quantize
 
@@ -249,8 +249,12 @@ def test_paged_pool_exhaustion_raises(model):
 
 
 def test_paged_validates_arguments(model):
-    with pytest.raises(ValueError, match="block_size"):
+    with pytest.raises(ValueError, match="block_size must satisfy 1 <= block_size"):
         PagedKVCache(model.config, batch_size=1, max_len=8, block_size=0)
+    with pytest.raises(ValueError, match="max_sequences must satisfy 2 <= max_sequences"):
+        PagedKVCache(model.config, batch_size=2, max_len=8, max_sequences=1)
+    with pytest.raises(ValueError, match="num_blocks must be an integer"):
+        PagedKVCache(model.config, batch_size=1, max_len=8, num_blocks=2.0)
     cache = PagedKVCache(model.config, batch_size=1, max_len=4, block_size=4)
     with pytest.raises(ValueError, match="max_len=4"):
         cache.update(0, torch.zeros(1, 2, 5, 8), torch.zeros(1, 2, 5, 8))
@@ -351,3 +355,18 @@ def test_expand_equals_separately_prefilled_rows(model, kind):
     if kind == "paged":  # and both equal the no-cache forward
         full = full_decode(model, ids.repeat_interleave(G, dim=0), mask.repeat_interleave(G, dim=0), tokens)
         torch.testing.assert_close(got[-1], full[-1], atol=ATOL, rtol=0)
+
+
+def test_every_cache_validates_its_sizes(model):
+    config = model.config
+    with pytest.raises(ValueError, match="max_len must satisfy 1 <= max_len"):
+        StaticCache(config, batch_size=1, max_len=0)
+    with pytest.raises(ValueError, match="residual_length must satisfy 1 <= residual_length"):
+        QuantizedKVCache(config, batch_size=1, residual_length=0)
+    with pytest.raises(ValueError, match="batch_size must be an integer"):
+        QuantizedKVCache(config, batch_size=True)
+    caches = [DynamicCache(), StaticCache(config, 1, 8), PagedKVCache(config, 1, 8, block_size=4),
+              QuantizedKVCache(config, 1, residual_length=4)]
+    for cache in caches:  # expand(0) would silently empty the batch
+        with pytest.raises(ValueError, match="repeats must satisfy 1 <= repeats"):
+            cache.expand(0)

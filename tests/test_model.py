@@ -188,11 +188,40 @@ def test_value_head_zero_initialised_and_saved(tmp_path):
         ("intermediate_size", dict(intermediate_size=0)),
         ("rope_type", dict(rope_scaling={"rope_type": "cubic", "factor": 2.0})),
         ("head_dim", dict(head_dim=7)),
+        ("rope_theta", dict(rope_theta=1.0)),
+        ("rms_norm_eps", dict(rms_norm_eps=0.0)),
+        ("eos_token_id", dict(eos_token_id=59)),
+        ("value_head", dict(value_head=1)),
+        # the whole rope_scaling dict is checked at construction, not first in LlamaModel(config)
+        ("factor", dict(rope_scaling={"rope_type": "linear", "factor": 0.5})),
+        ("low_freq_factor", dict(rope_scaling={"rope_type": "llama3", "factor": 8.0, "high_freq_factor": 4.0})),
+        ("rope_theta", dict(rope_theta=500.0, rope_scaling={"rope_type": "linear", "factor": 2.0,
+                                                            "rope_theta": 10000.0})),
     ],
 )
 def test_invalid_config_names_the_field(field, kwargs):
     with pytest.raises(ValueError, match=field):
         small_config(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(vocab_size=0), "vocab_size must satisfy 1 <= vocab_size, got 0"),
+        (dict(rope_theta=0.5), "rope_theta must satisfy 1 < rope_theta, got 0.5"),
+        (dict(pad_token_id=-1), "pad_token_id must satisfy 0 <= pad_token_id < 59, got -1"),
+        (dict(rope_scaling={"rope_type": "cubic"}), "rope_type must be one of .*'default'.*'llama3'"),
+    ],
+)
+def test_invalid_config_message_gives_the_allowed_values(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        small_config(**kwargs)
+
+
+def test_rope_scaling_is_normalised_at_construction():
+    legacy = small_config(rope_scaling={"type": "linear", "factor": 2.0, "rope_theta": 10000.0})
+    assert legacy.rope_scaling == {"factor": 2.0, "rope_type": "linear"}  # legacy key folded, theta dropped
+    assert small_config(rope_scaling={"rope_type": "default"}).rope_scaling is None
 
 
 def test_truncated_checkpoint_raises_clear_error(tmp_path):

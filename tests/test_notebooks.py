@@ -1,8 +1,10 @@
-"""Every notebook in notebooks/ runs top to bottom in a fresh kernel in FAST mode, and the committed
-notebooks render on GitHub (valid nbformat, no widget state, small, no error outputs)."""
+"""Every notebook in notebooks/ runs top to bottom in a fresh kernel in FAST mode, the committed
+notebooks render on GitHub (valid nbformat, no widget state, small, no error outputs), and their code
+uses only the package's public API (no `obj._private`, no monkeypatched methods)."""
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
@@ -49,3 +51,102 @@ def test_notebook_executes_in_fast_mode(path, tmp_path):
     print(f"{path.name}: {seconds:.1f} s in FAST mode")
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
+
+
+# Cell magics whose body is Python: the first line goes, the rest is parsed. Any other cell magic
+# (%%bash, %%html, %%writefile, ...) holds no Python and is skipped.
+PYTHON_CELL_MAGICS = ("%%time", "%%timeit", "%%capture", "%%prun")
+
+
+def _python_source(source: str) -> str | None:
+    """A code cell's source with IPython magics and shell escapes blanked (line numbers kept)."""
+    lines = source.splitlines()
+    if lines and lines[0].lstrip().startswith("%%"):
+        if not lines[0].lstrip().startswith(PYTHON_CELL_MAGICS):
+            return None
+        lines[0] = ""
+    kept = []
+    for line in lines:
+        stripped = line.lstrip()
+        is_magic = stripped.startswith(("%", "!")) or stripped.endswith("?")
+        assigns_magic = "=" in stripped and stripped.split("=", 1)[1].lstrip().startswith(("%", "!"))
+        kept.append("" if is_magic or assigns_magic else line)
+    return "\n".join(kept)
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_uses(sources: list[str]) -> list[str]:
+    """What the code cells `sources` of one notebook do that the public API does not offer: attribute
+    access `x._name`, imports of `_name` or `_module` from rlhf_lab, and monkeypatching (assigning a
+    lambda, or a function the notebook defines, to an attribute: `trainer.reward_fn = f`)."""
+    trees = {}
+    for index, source in enumerate(sources):
+        code = _python_source(source)
+        if code is not None:
+            trees[index] = ast.parse(code)
+    defined = {node.name for tree in trees.values() for node in ast.walk(tree)
+               if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+    found = []
+    for index, tree in trees.items():
+        for node in ast.walk(tree):
+            where = f"cell {index} line {getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Attribute) and _is_private(node.attr):
+                found.append(f"{where}: {ast.unparse(node)}")
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "rlhf_lab":
+                private_module = any(_is_private(part) for part in node.module.split("."))
+                names = [alias.name for alias in node.names if _is_private(alias.name)]
+                if private_module or names:
+                    found.append(f"{where}: from {node.module} import {', '.join(a.name for a in node.names)}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    parts = alias.name.split(".")
+                    if parts[0] == "rlhf_lab" and any(_is_private(p) for p in parts):
+                        found.append(f"{where}: import {alias.name}")
+            elif isinstance(node, ast.Assign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                value = node.value
+                patches = isinstance(value, ast.Lambda) or (isinstance(value, ast.Name) and value.id in defined)
+                for target in targets:
+                    if patches and isinstance(target, ast.Attribute):
+                        found.append(f"{where}: monkeypatch {ast.unparse(target)} = {ast.unparse(value)[:40]}")
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
+                  and len(node.args) == 3 and (isinstance(node.args[2], ast.Lambda)
+                                               or (isinstance(node.args[2], ast.Name) and node.args[2].id in defined))):
+                found.append(f"{where}: monkeypatch {ast.unparse(node)[:60]}")
+    return found
+
+
+def test_private_use_scan_catches_what_it_should():
+    sources = [
+        "%matplotlib inline\n!ls\nimport torch\nfrom rlhf_lab.rl import Trainer",
+        "rollout = trainer._collect_rollout()\nx = model.__class__\ny = obj.__dict__\nz = a.b.c",
+        "from rlhf_lab.rl.trainer import _helper, public\nfrom rlhf_lab._impl import thing\nimport rlhf_lab._impl",
+        "def my_loss(*args):\n    return 0\ntrainer.algorithm.loss = my_loss\ntrainer.reward_fn = lambda *a: 1.0",
+        "config.learning_rate = 3e-3\nsetattr(trainer, 'reward_fn', my_loss)\nresult = my_loss()",
+        "%%bash\necho obj._private",
+        "%%time\nfrom os import _exit",
+    ]
+    found = private_uses(sources)
+    joined = "\n".join(found)
+    assert "cell 1 line 1: trainer._collect_rollout" in joined
+    assert "__class__" not in joined and "__dict__" not in joined and "a.b.c" not in joined
+    assert "cell 2 line 1: from rlhf_lab.rl.trainer import _helper, public" in joined
+    assert "from rlhf_lab._impl import thing" in joined and "cell 2 line 3: import rlhf_lab._impl" in joined
+    assert "monkeypatch trainer.algorithm.loss = my_loss" in joined
+    assert "monkeypatch trainer.reward_fn = lambda" in joined
+    assert "cell 4 line 2: monkeypatch setattr(trainer" in joined
+    assert "learning_rate" not in joined and "cell 5" not in joined
+    assert "cell 6" not in joined  # `from os import _exit` is not the package's
+    assert len(found) == 7, found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_uses_only_public_names(path):
+    """Notebooks teach the public API: what a notebook needs from a private name, the package exports."""
+    nb = nbformat.read(path, as_version=4)
+    sources = [c.source if c.cell_type == "code" else "" for c in nb.cells]
+    found = private_uses(sources)
+    assert not found, f"{path.name} uses private names or monkeypatches:\n  " + "\n  ".join(found)

@@ -413,6 +413,31 @@ def test_invalid_config_names_the_field(field, value):
         SamplingConfig(**{field: value})
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("top_p", 1.5, "top_p must satisfy 0 < top_p <= 1, got 1.5"),
+        ("min_p", 1.0, "min_p must satisfy 0 <= min_p < 1, got 1.0"),
+        ("top_k", -1, "top_k must satisfy 0 <= top_k, got -1"),
+        ("max_new_tokens", 0, "max_new_tokens must satisfy 1 <= max_new_tokens, got 0"),
+        ("temperature", -1.0, "temperature must satisfy 0 <= temperature"),
+        ("do_sample", 1, "do_sample must be True or False"),
+        ("seed", 1.5, "seed must be an integer.*None is also allowed"),
+    ],
+)
+def test_invalid_config_message_gives_the_allowed_values(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingConfig(**{field: value})
+
+
+def test_processors_validate_their_argument():
+    scores, ids = torch.zeros(1, 5), torch.zeros(1, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="temperature must satisfy 0 < temperature"):
+        apply_temperature(scores, 0.0)
+    with pytest.raises(ValueError, match="no_repeat_ngram_size must satisfy 1 <= no_repeat_ngram_size"):
+        apply_no_repeat_ngram(scores, ids, 0)
+
+
 def test_temperature_zero_message_points_to_greedy():
     with pytest.raises(ValueError, match="do_sample=False"):
         SamplingConfig(temperature=0.0)

@@ -145,8 +145,12 @@ def test_reference_and_type_errors_are_caller_bugs():
         partial_credit_reward(PROMPT, ANSWER, COT)  # the full completion passed instead of the answer
     with pytest.raises(TypeError, match="completion"):
         correctness_reward(PROMPT, [2, 3, 1], ANSWER)
-    with pytest.raises(ValueError, match="reward name"):
+    with pytest.raises(ValueError, match="reward name must be one of .*'correct'"):
         get_reward("bleu")
+    with pytest.raises(ValueError, match="weights key must be one of .*'partial'"):
+        combine({"accuracy": 1.0})
+    with pytest.raises(ValueError, match=r"weights\['format'\] must be a number"):
+        combine({"format": float("inf")})
 
 
 def test_score_batch():

@@ -14,16 +14,13 @@ from transformers.models.llama.modeling_llama import rotate_half as hf_rotate_ha
 from rlhf_lab.model.rope import (
     ROPE_TYPES,
     RotaryEmbedding,
-    angle_precision_error,
     apply_rope,
     half_split_to_interleaved,
     interleaved_to_half_split,
-    relative_score,
-    rope_decay_bound,
     rope_inv_freq,
-    rotate_2d,
     rotate_half,
 )
+from rlhf_lab.viz.rope_plots import angle_precision_error, relative_score, rope_decay_bound, rotate_2d
 
 
 def hf_config(head_dim: int, base: float, rope_scaling: dict | None, max_pos: int) -> LlamaConfig:
@@ -320,6 +317,8 @@ INVALID = [
     ({"rope_type": "yarn", "factor": 4.0, "attention_factor": -1.0}, "attention_factor"),
     ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 0}, "original_max_position_embeddings"),
     ({"rope_type": "llama3", "factor": 8.0, "high_freq_factor": 4.0}, "low_freq_factor"),
+    ({"rope_type": "yarn", "factor": 4.0, "beta_fast": "32"}, "beta_fast"),
+    ({"rope_type": "yarn", "factor": 4.0, "truncate": 1}, "truncate"),
     ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0}, "high_freq_factor"),
     ({"rope_type": "linear", "factr": 2.0}, "factr"),
     ({"rope_type": "default", "factor": 2.0}, "factor"),
@@ -339,7 +338,13 @@ def test_invalid_rope_scaling_names_the_field(rope_scaling, field):
 def test_invalid_shapes_name_the_field():
     with pytest.raises(ValueError, match="head_dim"):
         rope_inv_freq(15)
-    with pytest.raises(ValueError, match="base"):
+    with pytest.raises(ValueError, match="base must satisfy 1 < base"):  # names the bound too
         rope_inv_freq(16, base=0.0)
+    with pytest.raises(ValueError, match="max_position_embeddings must satisfy 1 <="):
+        rope_inv_freq(16, max_position_embeddings=0)
+    with pytest.raises(ValueError, match=r"rope_scaling\['factor'\] must satisfy 1 <="):
+        rope_inv_freq(16, rope_scaling={"rope_type": "linear", "factor": 0.5})
+    with pytest.raises(ValueError, match="attention_factor.*None is also allowed"):  # optional key
+        rope_inv_freq(16, rope_scaling={"rope_type": "yarn", "factor": 4.0, "attention_factor": "1"})
     with pytest.raises(ValueError, match="rope_type.*default"):  # lists the allowed values
         rope_inv_freq(16, rope_scaling={"rope_type": "su"})

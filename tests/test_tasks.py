@@ -227,3 +227,24 @@ def test_load_jsonl_roundtrip_and_malformed_line(tmp_path):
 def test_invalid_settings_raise_value_error_naming_the_field(build, field):
     with pytest.raises(ValueError, match=field):
         build()
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: AdditionTask(digits=99), "digits must satisfy 1 <= digits <= 12, got 99"),
+        (lambda: SortTask(length="4"), "length must be an integer, got '4'"),
+        (lambda: AdditionTask(answer_format="xml"), "answer_format must be one of .*'plain'.*'answer_first'"),
+        (lambda: get_task("multiplication"), "name must be one of .*'addition_cot'.*'sort'"),
+        (lambda: AdditionTask().make_ood_test(seed=0, n_test=5, extra=0), "extra must satisfy 1 <= extra"),
+    ],
+)
+def test_invalid_settings_message_gives_the_allowed_values(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+def test_addition_names_match_the_registry():
+    for name, (cls, _) in TASKS.items():
+        assert get_task(name).name == name, f"{cls.__name__} calls itself {get_task(name).name!r}, not {name!r}"
+    assert {"addition", "addition_cot", "addition_answer_first", "sort"} == set(TASKS)

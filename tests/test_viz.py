@@ -1,4 +1,5 @@
-"""The dashboard, the plots and the explorers, headless (Agg), on hand-made histories."""
+"""The dashboard (RL and SFT), the plots, the notebook helpers and the explorers, headless (Agg), on
+hand-made histories and short real runs."""
 
 from __future__ import annotations
 
@@ -18,19 +19,22 @@ import torch  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from rlhf_lab.callbacks import Callback  # noqa: E402
 from rlhf_lab.model import LlamaModel  # noqa: E402
+from rlhf_lab.rl import StepDistributions  # noqa: E402
 from rlhf_lab.rl.losses import clipped_surrogate  # noqa: E402
 from rlhf_lab.rl.metrics import METRIC_COLUMNS  # noqa: E402
-from rlhf_lab.rl.trainer import Callback, StepDistributions  # noqa: E402
 from rlhf_lab.sampling import SamplingConfig, explain_filters  # noqa: E402
-from rlhf_lab.sft import lab_model_config  # noqa: E402
+from rlhf_lab.sft import SFTConfig, SFTTrainer, lab_model_config  # noqa: E402
 from rlhf_lab.tokenizer import default_tokenizer  # noqa: E402
 from rlhf_lab.viz import (  # noqa: E402
     ALGO_COLORS,
     EXPLORERS,
+    SFT_DASHBOARD_PANELS,
     LiveDashboard,
     algo_color,
     clip_explorer,
+    dashboard_kind,
     explore,
     make_explorer,
     plot_clip_surrogate,
@@ -39,6 +43,8 @@ from rlhf_lab.viz import (  # noqa: E402
     plot_next_token_distribution,
     sampling_explorer,
     save_training_plots,
+    show,
+    smooth,
 )
 from rlhf_lab.viz.style import KEPT_COLOR, REMOVED_COLOR, ZERO_VARIANCE_COLOR, figure_png  # noqa: E402
 
@@ -271,6 +277,140 @@ def test_dashboard_on_a_real_trainer(tmp_path, monkeypatch, tiny_model):
     assert dash.distributions is trainer.distributions[-1]
     assert dash.figure.get_suptitle().startswith("GRPO: step 2")
     assert "4 prompts" not in dash.axes["groups"].get_title() and "G=4" in dash.axes["groups"].get_title()
+
+
+# ----------------------------------------------------------------------------------------------
+# LiveDashboard on SFT
+
+
+SFT_PANELS = [name for row in SFT_DASHBOARD_PANELS for name in row]
+
+
+def tiny_sft_trainer(tiny_model, steps: int, eval_every: int, callbacks=()) -> SFTTrainer:
+    model, tokenizer = tiny_model
+    config = SFTConfig(task_params={"digits": 2}, n_train=200, n_test=20, steps=steps, batch_size=8,
+                       warmup_steps=2, eval_every=eval_every, eval_examples=10)
+    return SFTTrainer(config, tokenizer, model=model, callbacks=callbacks)
+
+
+def test_sft_run_draws_the_sft_dashboard_in_png_mode(tmp_path, tiny_model):
+    dash = LiveDashboard(refresh_every=2, min_interval=0.0, max_overhead=None, mode="png", png_dir=tmp_path,
+                         keep_frames=True, raise_errors=True)
+    trainer = tiny_sft_trainer(tiny_model, steps=6, eval_every=3, callbacks=[dash])
+    history = trainer.train()
+    assert dash.last_error is None and dash.kind == "sft"
+    # begin, every 2 steps while training (2, 4, 6), end
+    assert len(dash.draw_times) == 5, f"expected 5 draws, got {len(dash.draw_times)}: is on_step_end redrawing?"
+    assert sorted(p.name for p in tmp_path.glob("step_*.png")) == [
+        "step_000000.png", "step_000002.png", "step_000004.png", "step_000006.png"]
+    assert (tmp_path / "dashboard.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert list(dash.axes) == SFT_PANELS and len(dash.figure.axes) == 6
+    assert dash.figure.get_suptitle().startswith("SFT ADDITION: step 6")
+    loss_line = dash.axes["loss"].lines[-1]
+    assert len(loss_line.get_xdata()) == 6 and dash.axes["loss"].get_yscale() == "log"
+    (markers,) = dash.axes["eval_accuracy"].lines  # evaluations at steps 0, 3, 6 only
+    assert list(markers.get_xdata()) == [0, 3, 6] and markers.get_marker() == "o"
+    assert list(dash.axes["lr"].lines[0].get_ydata()) == history["lr"].iloc[1:].tolist()
+    clip_lines = [line for line in dash.axes["grad_norm"].lines if line.get_linestyle() == ":"]
+    assert clip_lines and clip_lines[0].get_ydata()[0] == trainer.config.max_grad_norm
+    for name in ("step_time", "tokens_per_s"):
+        assert len(dash.axes[name].lines[0].get_xdata()) == 6, f"{name} panel is empty"
+
+
+def test_sft_dashboard_draws_a_last_frame_when_interrupted(tmp_path, monkeypatch, tiny_model):
+    class Stop(Callback):
+        def on_step_end(self, trainer, metrics, distributions=None):
+            if metrics["step"] == 3:
+                raise KeyboardInterrupt
+
+    dash = LiveDashboard(refresh_every=100, min_interval=0.0, mode="png", png_dir=tmp_path, raise_errors=True)
+    published = []
+    monkeypatch.setattr(dash, "_publish", published.append)
+    trainer = tiny_sft_trainer(tiny_model, steps=6, eval_every=0, callbacks=[dash, Stop()])
+    history = trainer.train()
+    assert trainer.stop_reason == "interrupted" and history["step"].tolist() == [0, 1, 2, 3]
+    assert published == [0, 3], "Stop must still draw a final frame (on_train_end)"
+    assert dash.figure.get_suptitle().startswith("SFT ADDITION: step 3")
+    assert "no evaluation yet" in texts_of(dash.figure)
+
+
+def test_dashboard_kind_and_switching_panels(tmp_path, monkeypatch):
+    sft_history = pd.DataFrame({"step": [0, 1, 2], "loss": [math.nan, 3.0, 2.5], "eval_accuracy": [0.0, math.nan, 0.1]})
+    assert dashboard_kind(SimpleNamespace(dashboard_kind="sft")) == "sft"
+    assert dashboard_kind(history=sft_history) == "sft"
+    assert dashboard_kind(history=fake_history(2)) == "rl"
+    assert dashboard_kind(SimpleNamespace(history=pd.DataFrame())) == "rl"
+    with pytest.raises(ValueError, match="dashboard_kind"):
+        dashboard_kind(SimpleNamespace(dashboard_kind="dpo"))
+    # one dashboard reused: an SFT trainer (told by its columns), then an RL one
+    dash = LiveDashboard(refresh_every=100, png_dir=tmp_path, raise_errors=True)
+    monkeypatch.setattr(dash, "_publish", lambda step: None)
+    dash.draw(SimpleNamespace(history=sft_history, config=None))
+    assert dash.kind == "sft" and len(dash.figure.axes) == 6 and dash.figure.get_suptitle().startswith("SFT: step 2")
+    FakeTrainer(GRPO, fake_history(2)).run(dash, lambda step: None)
+    assert dash.kind == "rl" and len(dash.figure.axes) == 12 and set(dash.axes) >= {"kl", "groups"}
+    fig = plot_dashboard(sft_history)
+    assert len(fig.axes) == 6 and [ax.get_title() for ax in fig.axes][1].startswith("held-out greedy accuracy: 10.0%")
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------------------------
+# notebook helpers
+
+
+def test_smooth_is_a_trailing_mean_that_starts_short():
+    values = [1.0, 2.0, 3.0, float("nan"), 5.0]
+    smoothed = smooth(values, window=2)
+    assert isinstance(smoothed, np.ndarray)
+    np.testing.assert_allclose(smoothed, [1.0, 1.5, 2.5, 3.0, 5.0])  # NaN skipped inside its window
+    np.testing.assert_allclose(smooth(pd.Series([4.0, 0.0, 2.0], index=[7, 8, 9])), [4.0, 2.0, 2.0])
+    np.testing.assert_allclose(smooth([1.0, 5.0], window=1), [1.0, 5.0])
+    with pytest.raises(ValueError, match="window"):
+        smooth(values, window=0)
+
+
+def test_show_displays_once_in_a_notebook_and_closes(monkeypatch):
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
+    fig = plt.figure(figsize=(2, 2))  # registered with pyplot: show must release it
+    fig.add_subplot().plot([0, 1])
+    assert show(fig) is None and shown == []  # a script: nothing is displayed...
+    assert fig.number not in plt.get_fignums()  # ...and the figure is closed
+    monkeypatch.setattr("rlhf_lab.viz.style.in_notebook", lambda: True)
+    small = Figure(figsize=(4, 2))
+    small.add_subplot().plot([0, 1])
+    show(small, dpi=50)
+    (image,) = shown
+    assert isinstance(image, IPython.display.Image) and image.data[:4] == b"\x89PNG"
+    width = int.from_bytes(image.data[16:20], "big")
+    assert width == 200, f"dpi=50 at 4 inches should give 200 pixels, got {width}"
+
+
+def test_plot_history_title_colours_and_sft_defaults():
+    runs = {f"grpo eps={eps}": fake_history(4) for eps in (0.1, 0.2, 0.3)}
+    fig = plot_history(runs, metrics=["reward_mean", "eval_accuracy"], title="epsilon sweep")
+    assert fig.get_suptitle() == "epsilon sweep"
+    # by default every GRPO run is GRPO's colour; a colormap tells runs of one algorithm apart
+    assert {to_hex(line.get_color()) for line in fig.axes[0].lines if line.get_label().startswith("grpo")} == {
+        ALGO_COLORS["grpo"]}
+    plt.close(fig)
+    fig = plot_history(runs, metrics=["reward_mean", "eval_accuracy"], colors="viridis")
+    labelled = [line for line in fig.axes[0].lines if line.get_label().startswith("grpo")]
+    assert len({to_hex(line.get_color()) for line in labelled}) == 3
+    assert all(line.get_marker() == "o" for line in fig.axes[1].lines), "evaluations are drawn as markers"
+    plt.close(fig)
+    fig = plot_history(runs, metrics=["reward_mean"], colors={"grpo eps=0.1": "#123456"})
+    assert to_hex(fig.axes[0].lines[0].get_color()) == "#123456"
+    plt.close(fig)
+    with pytest.raises(ValueError, match="colors"):
+        plot_history(runs, metrics=["reward_mean"], colors="no-such-colormap")
+    sft_history = pd.DataFrame({"step": [0, 1, 2], "loss": [math.nan, 3.0, 2.5], "eval_accuracy": [0.0, math.nan, 0.1],
+                                "lr": [math.nan, 1e-3, 2e-3], "grad_norm": [math.nan, 1.0, 0.5]})
+    fig = plot_history({"sft": sft_history})
+    assert [ax.get_title() for ax in fig.axes] == ["loss", "eval_accuracy", "lr", "grad_norm"]
+    plt.close(fig)
 
 
 # ----------------------------------------------------------------------------------------------

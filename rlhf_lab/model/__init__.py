@@ -1,6 +1,6 @@
 """The lab's tiny Llama: config, decoder, RoPE, KV caches and Hugging Face interop."""
 
-from .config import ROPE_TYPES, ModelConfig
+from .config import ModelConfig
 from .hf import (
     CheckpointError,
     config_from_hf,
@@ -11,6 +11,7 @@ from .hf import (
     to_hf,
 )
 from .kv_cache import DynamicCache, KVCache, StaticCache, kv_cache_bytes
+from .rope import ROPE_TYPES
 from .transformer import LlamaModel, ModelOutput, RMSNorm, build_attention_mask
 
 __all__ = [

@@ -9,14 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
 
-ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
-
-
-def _positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+from ..validation import check_bool, check_number
+from .rope import check_head_dim, read_rope_scaling
 
 
 @dataclass
@@ -51,7 +46,7 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                      "num_attention_heads", "num_key_value_heads", "max_position_embeddings"):
-            _positive_int(name, getattr(self, name))
+            check_number(name, getattr(self, name), low=1, integer=True)
         if self.head_dim is None:
             if self.hidden_size % self.num_attention_heads:
                 raise ValueError(
@@ -59,9 +54,7 @@ class ModelConfig:
                     f"({self.num_attention_heads}), or set head_dim explicitly"
                 )
             self.head_dim = self.hidden_size // self.num_attention_heads
-        _positive_int("head_dim", self.head_dim)
-        if self.head_dim % 2:
-            raise ValueError(f"head_dim must be even (RoPE rotates pairs of dimensions), got {self.head_dim}")
+        check_head_dim(self.head_dim)
         if self.num_key_value_heads > self.num_attention_heads:
             raise ValueError(
                 f"num_key_value_heads ({self.num_key_value_heads}) must be <= num_attention_heads "
@@ -72,25 +65,17 @@ class ModelConfig:
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
                 f"num_key_value_heads ({self.num_key_value_heads}) for grouped-query attention"
             )
-        if not (isinstance(self.rope_theta, (int, float)) and self.rope_theta > 0):
-            raise ValueError(f"rope_theta must be a positive number, got {self.rope_theta!r}")
-        if not (isinstance(self.rms_norm_eps, (int, float)) and self.rms_norm_eps > 0):
-            raise ValueError(f"rms_norm_eps must be > 0, got {self.rms_norm_eps!r}")
+        check_number("rope_theta", self.rope_theta, low=1, low_open=True)  # rope_inv_freq's bound on base
+        check_number("rms_norm_eps", self.rms_norm_eps, low=0, low_open=True)
+        check_number("initializer_range", self.initializer_range, low=0)
+        for name in ("rope_interleaved", "tie_word_embeddings", "value_head"):
+            check_bool(name, getattr(self, name))
         if self.rope_scaling is not None:
-            if not isinstance(self.rope_scaling, dict):
-                raise ValueError(f"rope_scaling must be a dict or None, got {type(self.rope_scaling).__name__}")
-            scaling = dict(self.rope_scaling)
-            scaling.pop("rope_theta", None)
-            rope_type = scaling.get("rope_type", scaling.get("type", "default"))
-            if rope_type not in ROPE_TYPES:
-                raise ValueError(f"rope_type must be one of {ROPE_TYPES}, got {rope_type!r}")
-            scaling["rope_type"] = rope_type
-            scaling.pop("type", None)
-            self.rope_scaling = None if rope_type == "default" and len(scaling) == 1 else scaling
+            # The same checks RotaryEmbedding runs, so a bad dict fails here rather than at LlamaModel(config).
+            scaling = read_rope_scaling(self.rope_scaling, self.rope_theta)
+            self.rope_scaling = None if scaling == {"rope_type": "default"} else scaling
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or not 0 <= value < self.vocab_size:
-                raise ValueError(f"{name} must be an integer in [0, vocab_size={self.vocab_size}), got {value!r}")
+            check_number(name, getattr(self, name), low=0, high=self.vocab_size, high_open=True, integer=True)
 
     @property
     def rope_type(self) -> str:

@@ -6,6 +6,7 @@ translation. A saved folder is an ordinary HF Llama checkpoint:
     folder/config.json          LlamaConfig (plus an "rlhf_lab" entry with lab-only fields)
     folder/model.safetensors    weights
     folder/tokenizer.json       (optional) the character tokenizer, with tokenizer_config.json
+                                and generation_config.json (its pad / bos / eos ids, for `generate`)
     folder/value_head.safetensors  (optional) PPO's critic head, which HF does not know about
 
 so `transformers.AutoModelForCausalLM.from_pretrained(folder)` loads it too. Writes are atomic: the
@@ -219,9 +220,25 @@ def save_pretrained(model: LlamaModel, folder: str | os.PathLike, tokenizer=None
             save_file(value_state, str(tmp / "value_head.safetensors"), metadata={"format": "pt"})
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
+            save_generation_config(tmp, tokenizer)
 
     _atomic_write_folder(Path(folder), write)
     return Path(folder)
+
+
+def save_generation_config(folder: str | os.PathLike, tokenizer) -> Path:
+    """folder/generation_config.json: the tokenizer's pad / bos / eos ids, for `model.generate`.
+
+    transformers still derives them from config.json when this file is missing, but calls that a
+    legacy path; with the file, HF's `generate` stops at the lab's EOS and pads with its PAD for sure.
+    """
+    from transformers import GenerationConfig
+
+    config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
+    config.save_pretrained(folder)
+    return Path(folder) / "generation_config.json"
 
 
 def read_config(folder: str | os.PathLike) -> dict:

@@ -17,6 +17,8 @@ from typing import Protocol
 
 import torch
 
+from ..validation import check_number
+
 
 class KVCache(Protocol):
     def update(
@@ -65,6 +67,7 @@ class DynamicCache:
         return self.keys[0].shape[2] if self.keys else 0
 
     def expand(self, repeats: int) -> DynamicCache:
+        check_number("repeats", repeats, low=1, integer=True)
         out = DynamicCache()
         out.keys = [k.repeat_interleave(repeats, dim=0) for k in self.keys]
         out.values = [v.repeat_interleave(repeats, dim=0) for v in self.values]
@@ -82,8 +85,8 @@ class StaticCache:
     """
 
     def __init__(self, config, batch_size: int, max_len: int, device=None, dtype=torch.float32) -> None:
-        if max_len < 1:
-            raise ValueError(f"max_len must be >= 1, got {max_len}")
+        check_number("batch_size", batch_size, low=1, integer=True)
+        check_number("max_len", max_len, low=1, integer=True)
         shape = (batch_size, config.num_key_value_heads, max_len, config.head_dim)
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
         self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
@@ -106,6 +109,7 @@ class StaticCache:
         return self.length
 
     def expand(self, repeats: int) -> StaticCache:
+        check_number("repeats", repeats, low=1, integer=True)
         out = StaticCache.__new__(StaticCache)
         out.keys = [k.repeat_interleave(repeats, dim=0) for k in self.keys]
         out.values = [v.repeat_interleave(repeats, dim=0) for v in self.values]

@@ -27,6 +27,8 @@ import math
 
 import torch
 
+from ..validation import check_number
+
 
 class PagedKVCache:
     """Block-paged KV cache with reference-counted blocks and copy-on-write.
@@ -62,15 +64,12 @@ class PagedKVCache:
         max_sequences: int | None = None,
     ) -> None:
         for name, value in (("batch_size", batch_size), ("max_len", max_len), ("block_size", block_size)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            check_number(name, value, low=1, integer=True)
         max_sequences = batch_size if max_sequences is None else max_sequences
-        if max_sequences < batch_size:
-            raise ValueError(f"max_sequences must be >= batch_size ({batch_size}), got {max_sequences}")
+        check_number("max_sequences", max_sequences, low=batch_size, integer=True)  # at least the batch
         if num_blocks is None:
             num_blocks = max_sequences * math.ceil(max_len / block_size)
-        if not isinstance(num_blocks, int) or num_blocks < 1:
-            raise ValueError(f"num_blocks must be a positive integer, got {num_blocks!r}")
+        check_number("num_blocks", num_blocks, low=1, integer=True)
         self.num_layers = config.num_hidden_layers
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
@@ -198,8 +197,7 @@ class PagedKVCache:
         refcount r to r + repeats - 1. Modifies the cache in place (the B parent rows no longer
         exist) and returns it, so `cache = cache.expand(G)` works as for the other caches.
         """
-        if not isinstance(repeats, int) or repeats < 1:
-            raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
+        check_number("repeats", repeats, low=1, integer=True)
         return self.select([b for b in range(len(self.block_tables)) for _ in range(repeats)])
 
     def fork(self, row: int, copies: int = 1) -> PagedKVCache:

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import torch
 
+from ..validation import check_number
+
 LEVELS = 255  # 8-bit codes 0 .. 255
 
 
@@ -61,10 +63,8 @@ class QuantizedKVCache:
     """
 
     def __init__(self, config, batch_size: int, residual_length: int = 32, device=None, dtype=torch.float32):
-        if not isinstance(residual_length, int) or residual_length < 1:
-            raise ValueError(f"residual_length must be a positive integer, got {residual_length!r}")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        check_number("residual_length", residual_length, low=1, integer=True)
+        check_number("batch_size", batch_size, low=1, integer=True)
         self.num_layers = config.num_hidden_layers
         self.residual_length = residual_length
         self.dtype = dtype
@@ -138,8 +138,7 @@ class QuantizedKVCache:
 
     def expand(self, repeats: int) -> QuantizedKVCache:
         """Row b becomes rows b*repeats .. b*repeats + repeats - 1 (every stored tensor is repeated)."""
-        if not isinstance(repeats, int) or repeats < 1:
-            raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
+        check_number("repeats", repeats, low=1, integer=True)
         out = QuantizedKVCache.__new__(QuantizedKVCache)
         out.num_layers, out.residual_length, out.dtype, out.length = (
             self.num_layers, self.residual_length, self.dtype, self.length)

@@ -6,25 +6,27 @@ preserves dot products up to the *difference* of the angles, so
 
     <R_m q, R_n k> = <q, R_{n-m} k>      depends only on the offset m - n.
 
-This file holds everything the model and the notebooks need:
+This file holds the mechanism, everything the model needs:
 
 - `rope_inv_freq`: the frequencies theta_i, plus the context-extension variants Hugging Face
   transformers supports ("linear", "dynamic", "yarn", "llama3"), with HF's parameter names and values
-  (see transformers' `modeling_rope_utils.py`).
+  (see transformers' `modeling_rope_utils.py`); `read_rope_scaling` validates a `rope_scaling` dict.
 - `RotaryEmbedding`: position_ids -> (cos, sin), always computed in float32.
 - `apply_rope`: rotate q or k, in either pairing convention (HF/GPT-NeoX half-split or Meta's
   interleaved pairs), and the weight permutation that converts between the two.
-- small helpers for the notebook's plots: the long-term decay bound, the precision of angles in
-  low-precision dtypes, 2-D rotations and relative-position scores.
+
+The notebook's exhibits (the long-term decay bound, the precision of angles in low-precision dtypes,
+2-D rotations and relative-position scores) live beside the pictures, in `rlhf_lab.viz.rope_plots`.
 """
 
 from __future__ import annotations
 
 import math
-from numbers import Real
 
 import torch
 from torch import nn
+
+from ..validation import check_bool, check_choice, check_number, check_optional
 
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
 
@@ -35,18 +37,28 @@ _ROPE_SCALING_KEYS = (
     "low_freq_factor", "high_freq_factor", "truncate",
 )
 
+# YaRN's ramp ends, in turns within the original context (arXiv 2309.00071; HF's values when unset or 0).
+YARN_BETA_FAST, YARN_BETA_SLOW = 32, 1
+
 
 # ---------------------------------------------------------------------------------------------
 # Frequencies
 # ---------------------------------------------------------------------------------------------
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
+def check_head_dim(head_dim: int) -> None:
+    """Raise ValueError unless head_dim is a positive even integer (RoPE rotates pairs of dimensions)."""
+    check_number("head_dim", head_dim, low=1, integer=True)
+    if head_dim % 2:
+        raise ValueError(f"head_dim must be even (RoPE rotates pairs of dimensions), got {head_dim}")
 
 
-def _read_rope_scaling(rope_scaling: dict | None, base: float) -> dict:
-    """Validate `rope_scaling` and return a copy with a single `rope_type` key (legacy `type` folded in)."""
+def read_rope_scaling(rope_scaling: dict | None, base: float) -> dict:
+    """Validate `rope_scaling` and return a copy with a single `rope_type` key (legacy `type` folded in).
+
+    Used by `rope_inv_freq`, `RotaryEmbedding` and `ModelConfig`, so a bad dict fails where it is given.
+    A `rope_theta` key (transformers 5.x keeps it in `rope_parameters`) must equal `base` and is dropped.
+    """
     if rope_scaling is None:
         return {"rope_type": "default"}
     if not isinstance(rope_scaling, dict):
@@ -59,8 +71,7 @@ def _read_rope_scaling(rope_scaling: dict | None, base: float) -> dict:
     rope_type = params.setdefault("rope_type", legacy_type or "default")
     if legacy_type is not None and legacy_type != rope_type:
         raise ValueError(f"rope_scaling has rope_type={rope_type!r} but legacy type={legacy_type!r}; give one")
-    if rope_type not in ROPE_TYPES:
-        raise ValueError(f"rope_type must be one of {ROPE_TYPES}, got {rope_type!r}")
+    check_choice("rope_type", rope_type, ROPE_TYPES)
     # transformers 5.x keeps rope_theta inside rope_parameters; accept it, but only if it agrees with base.
     rope_theta = params.pop("rope_theta", None)
     if rope_theta is not None and rope_theta != base:
@@ -74,30 +85,21 @@ def _read_rope_scaling(rope_scaling: dict | None, base: float) -> dict:
 
     factor = params.get("factor")
     if factor is None and rope_type == "yarn" and "original_max_position_embeddings" in params:
-        pass  # DeepSeek-style yarn: factor = max_position_embeddings / original, filled in by the caller
-    elif not _is_number(factor) or factor < 1:
-        raise ValueError(f"rope_scaling['factor'] must be a number >= 1 for rope_type {rope_type!r}, got {factor!r}")
+        pass  # DeepSeek-style yarn: factor = max_position_embeddings / original, computed in rope_inv_freq
+    else:
+        check_number("rope_scaling['factor']", factor, low=1)
 
-    original = params.get("original_max_position_embeddings")
-    if original is not None and (isinstance(original, bool) or not isinstance(original, int) or original <= 0):
-        raise ValueError(
-            f"rope_scaling['original_max_position_embeddings'] must be a positive integer, got {original!r}"
-        )
+    check_optional(check_number, "rope_scaling['original_max_position_embeddings']",
+                   params.get("original_max_position_embeddings"), low=1, integer=True)
     for name in ("beta_fast", "beta_slow", "mscale", "mscale_all_dim"):
-        if params.get(name) is not None and not _is_number(params[name]):
-            raise ValueError(f"rope_scaling[{name!r}] must be a number, got {params[name]!r}")
-    attention_factor = params.get("attention_factor")
-    if attention_factor is not None and (not _is_number(attention_factor) or attention_factor <= 0):
-        raise ValueError(f"rope_scaling['attention_factor'] must be a number > 0, got {attention_factor!r}")
-    if params.get("truncate") is not None and not isinstance(params["truncate"], bool):
-        raise ValueError(f"rope_scaling['truncate'] must be True or False, got {params['truncate']!r}")
+        check_optional(check_number, f"rope_scaling[{name!r}]", params.get(name))
+    check_optional(check_number, "rope_scaling['attention_factor']", params.get("attention_factor"),
+                   low=0, low_open=True)
+    check_optional(check_bool, "rope_scaling['truncate']", params.get("truncate"))
 
-    if rope_type == "llama3":
+    if rope_type == "llama3":  # both factors are required: there is no HF default for them
         for name in ("low_freq_factor", "high_freq_factor"):
-            if not _is_number(params.get(name)) or params[name] <= 0:
-                raise ValueError(
-                    f"rope_scaling[{name!r}] must be a number > 0 for rope_type 'llama3', got {params.get(name)!r}"
-                )
+            check_number(f"rope_scaling[{name!r}]", params.get(name), low=0, low_open=True)
         if params["high_freq_factor"] <= params["low_freq_factor"]:
             raise ValueError(
                 "rope_scaling['high_freq_factor'] must be > rope_scaling['low_freq_factor'], got "
@@ -153,14 +155,10 @@ def rope_inv_freq(
     Returns:
         inv_freq: float32 (head_dim // 2,), and attention_scaling: float (1.0 except for yarn).
     """
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0 or head_dim % 2:
-        raise ValueError(f"head_dim must be a positive even integer (RoPE rotates pairs), got {head_dim!r}")
-    if not _is_number(base) or base <= 1:
-        raise ValueError(f"base (rope_theta) must be a number > 1, got {base!r}")
-    if isinstance(max_position_embeddings, bool) or not isinstance(max_position_embeddings, int) \
-            or max_position_embeddings <= 0:
-        raise ValueError(f"max_position_embeddings must be a positive integer, got {max_position_embeddings!r}")
-    params = _read_rope_scaling(rope_scaling, base)
+    check_head_dim(head_dim)
+    check_number("base", base, low=1, low_open=True)  # base = 1 would give every pair the same angle
+    check_number("max_position_embeddings", max_position_embeddings, low=1, integer=True)
+    params = read_rope_scaling(rope_scaling, base)
     rope_type = params["rope_type"]
     d = head_dim
 
@@ -200,8 +198,9 @@ def rope_inv_freq(
                 attention_factor = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim)
             else:
                 attention_factor = _yarn_mscale(factor)  # 0.1 ln(s) + 1
-        beta_fast = params.get("beta_fast") or 32  # HF treats 0/None as "use the paper's default"
-        beta_slow = params.get("beta_slow") or 1
+        # HF treats 0/None as "use the paper's default"
+        beta_fast = params.get("beta_fast") or YARN_BETA_FAST
+        beta_slow = params.get("beta_slow") or YARN_BETA_SLOW
 
         def dim_for_turns(turns: float) -> float:
             # the (fractional) pair index i whose wavelength 2*pi/theta_i fits `turns` times in `original`:
@@ -266,7 +265,7 @@ class RotaryEmbedding(nn.Module):
         self.base = base
         self.rope_scaling = None if rope_scaling is None else dict(rope_scaling)
         self.max_position_embeddings = max_position_embeddings
-        self.rope_type = _read_rope_scaling(rope_scaling, base)["rope_type"]
+        self.rope_type = read_rope_scaling(rope_scaling, base)["rope_type"]
         inv_freq, self.attention_scaling = rope_inv_freq(head_dim, base, rope_scaling, max_position_embeddings)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.register_buffer("original_inv_freq", inv_freq.clone(), persistent=False)
@@ -400,108 +399,10 @@ def half_split_to_interleaved(weight: torch.Tensor, num_heads: int) -> torch.Ten
 def _head_dim_of(weight: torch.Tensor, num_heads: int) -> int:
     if weight.dim() not in (1, 2):
         raise ValueError(f"weight must be a Linear weight (out, in) or bias (out,), got shape {tuple(weight.shape)}")
+    check_number("num_heads", num_heads, low=1, integer=True)
     out_features = weight.shape[0]
-    if num_heads <= 0 or out_features % num_heads or (out_features // num_heads) % 2:
+    if out_features % num_heads or (out_features // num_heads) % 2:
         raise ValueError(
             f"weight rows ({out_features}) must split into num_heads={num_heads} heads of even size"
         )
     return out_features // num_heads
-
-
-# ---------------------------------------------------------------------------------------------
-# Helpers for the notebook's pictures
-# ---------------------------------------------------------------------------------------------
-
-
-def rope_decay_bound(distances, head_dim: int = 128, base: float = 10000.0) -> torch.Tensor:
-    """RoFormer's long-term decay (section 3.4.3), as the relative bound plotted in the paper.
-
-    |score(m, n)| <= max_j |h_{j+1} - h_j| * sum_{j=1..d/2} |S_j|, with S_j = sum_{k=0}^{j-1} e^{i (m-n) theta_k}.
-    This returns (1 / (d/2)) * sum_{j=1..d/2} |S_j| (the mean of |S_j|): d/4 + 1/2 = 32.5 at distance 0 for
-    d = 128, about 18.0 at 10, 10.2 at 100 and 4.5 at 1000, decaying while it oscillates.
-
-    Args:
-        distances: |m - n|, a number or tensor of any shape (float ok).
-    Returns:
-        float64 tensor with the shape of `distances`.
-    """
-    distances = torch.as_tensor(distances, dtype=torch.float64)
-    theta = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # theta_k, (d/2,)
-    phases = torch.polar(torch.ones_like(theta), distances[..., None] * theta)  # e^{i (m-n) theta_k}
-    partial_sums = phases.cumsum(dim=-1)  # S_j for j = 1 .. d/2 (S_j holds terms k = 0 .. j-1)
-    return partial_sums.abs().mean(dim=-1)  # (1 / (d/2)) sum_j |S_j|
-
-
-def angle_precision_error(
-    positions, head_dim: int = 128, base: float = 10000.0, dtype: torch.dtype = torch.float16
-) -> dict[str, torch.Tensor]:
-    """How wrong RoPE's angles get when m * theta_i is computed in a low-precision dtype.
-
-    The position, theta_i and their product are each rounded to `dtype`; cos and sin of that angle are
-    then taken in float64, so the error measured is the angle's alone (the reason HF and Meta force
-    float32 here: an fp16 angle gave GPT-NeoX a cos error of ~0.78 at position 1857).
-
-    Args:
-        positions: integer positions, (num_positions,) or a list.
-    Returns:
-        dict of float64 tensors (num_positions,), max over the d/2 frequencies:
-        "position": |round_dtype(m) - m| (0 for integers up to 2048 in fp16, up to 256 in bf16),
-        "angle": max_i |angle - m theta_i|, "cos" and "sin": max_i |cos(angle) - cos(m theta_i)|, etc.
-    """
-    positions = torch.as_tensor(positions, dtype=torch.float64).reshape(-1)
-    theta = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))  # (d/2,)
-    exact = positions[:, None] * theta  # m * theta_i in float64: (P, d/2)
-    rounded_positions = positions.to(dtype)
-    approx = (rounded_positions[:, None] * theta.to(dtype)).double()  # product rounded to dtype
-    return {
-        "position": (rounded_positions.double() - positions).abs(),
-        "angle": (approx - exact).abs().amax(dim=-1),
-        "cos": (approx.cos() - exact.cos()).abs().amax(dim=-1),
-        "sin": (approx.sin() - exact.sin()).abs().amax(dim=-1),
-    }
-
-
-def rotate_2d(vec: torch.Tensor, angle) -> torch.Tensor:
-    """Rotate 2-D vectors counter-clockwise: (x, y) -> (x cos a - y sin a, x sin a + y cos a).
-
-    vec (..., 2); angle a number or a tensor broadcastable to vec.shape[:-1]. Returns (..., 2).
-    """
-    vec = torch.as_tensor(vec)
-    vec = vec.double() if not vec.is_floating_point() else vec
-    angle = torch.as_tensor(angle, dtype=vec.dtype)
-    x, y = vec[..., 0], vec[..., 1]
-    c, s = angle.cos(), angle.sin()
-    return torch.stack((x * c - y * s, x * s + y * c), dim=-1)
-
-
-def relative_score(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    m,
-    n,
-    base: float = 10000.0,
-    interleaved: bool = False,
-) -> torch.Tensor:
-    """The attention logit <R_m q, R_n k> between a query at position m and a key at position n.
-
-    It depends only on m - n: <R_m q, R_n k> = <q, R_m^T R_n k> = <q, R_{n-m} k>.
-
-    Args:
-        q, k: (head_dim,) vectors.
-        m, n: positions, ints or integer tensors of the same shape (num_pairs,).
-    Returns:
-        float32 tensor of shape () for int positions, else (num_pairs,).
-    """
-    head_dim = q.shape[-1]
-    m, n = torch.as_tensor(m), torch.as_tensor(n)
-    scalar = m.dim() == 0 and n.dim() == 0
-    m, n = torch.broadcast_tensors(m.reshape(-1), n.reshape(-1))
-    inv_freq, _ = rope_inv_freq(head_dim, base)
-
-    def rotated(vec: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        angles = positions.double()[:, None] * inv_freq.double()  # (num_pairs, d/2)
-        x = vec.double().expand(1, 1, len(positions), head_dim)  # (batch=1, heads=1, num_pairs, d)
-        return apply_rope(x, angles.cos()[None], angles.sin()[None], interleaved)[0, 0]
-
-    scores = (rotated(q, m) * rotated(k, n)).sum(dim=-1).float()  # (num_pairs,)
-    return scores[0] if scalar else scores

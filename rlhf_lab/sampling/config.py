@@ -10,32 +10,10 @@ not silently pick up HF's default.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any
 
-
-def _check_bool(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be a bool (True or False), got {value!r} ({type(value).__name__})")
-
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    # bool is a subclass of int in Python; top_k=True is almost certainly a mistake.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r} ({type(value).__name__})")
-    if value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
-
-
-def _as_float(name: str, value: Any, allowed: str) -> float:
-    """Accept int or float (not bool, not str), finite; return it as a float."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a number {allowed}, got {value!r} ({type(value).__name__})")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number {allowed}, got {value}")
-    return value
+from rlhf_lab.validation import check_bool, check_number, check_optional
 
 
 @dataclass
@@ -75,36 +53,26 @@ class SamplingConfig:
     return_logprobs: bool = False
 
     def __post_init__(self) -> None:
-        _check_bool("do_sample", self.do_sample)
-        _check_bool("return_logprobs", self.return_logprobs)
+        check_bool("do_sample", self.do_sample)
+        check_bool("return_logprobs", self.return_logprobs)
 
-        self.temperature = _as_float("temperature", self.temperature, "> 0")
-        if self.do_sample and not self.temperature > 0:
+        check_number("temperature", self.temperature, low=0)  # 0 is fine when greedy: it is ignored
+        if self.do_sample and self.temperature == 0:
             raise ValueError(
                 f"temperature must be > 0 when do_sample=True, got {self.temperature}; "
                 "for greedy decoding use do_sample=False (SamplingConfig.greedy())"
             )
-        if not self.do_sample and self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        check_number("top_p", self.top_p, low=0, high=1, low_open=True)
+        check_number("min_p", self.min_p, low=0, high=1, high_open=True)
+        check_number("repetition_penalty", self.repetition_penalty, low=0, low_open=True)  # 1.0 = off
+        for name in ("temperature", "top_p", "min_p", "repetition_penalty"):
+            setattr(self, name, float(getattr(self, name)))  # ints are accepted, stored as floats
 
-        self.top_p = _as_float("top_p", self.top_p, "in (0, 1]")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-
-        self.min_p = _as_float("min_p", self.min_p, "in [0, 1)")
-        if not 0 <= self.min_p < 1:
-            raise ValueError(f"min_p must be in [0, 1), got {self.min_p}")
-
-        self.repetition_penalty = _as_float("repetition_penalty", self.repetition_penalty, "> 0")
-        if not self.repetition_penalty > 0:
-            raise ValueError(f"repetition_penalty must be > 0 (1.0 = off), got {self.repetition_penalty}")
-
-        _check_int("top_k", self.top_k, minimum=0)
-        _check_int("no_repeat_ngram_size", self.no_repeat_ngram_size, minimum=0)
-        _check_int("max_new_tokens", self.max_new_tokens, minimum=1)
-        _check_int("min_tokens_to_keep", self.min_tokens_to_keep, minimum=1)
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise ValueError(f"seed must be an int or None, got {self.seed!r} ({type(self.seed).__name__})")
+        for name in ("top_k", "no_repeat_ngram_size"):  # 0 = off
+            check_number(name, getattr(self, name), low=0, integer=True)
+        check_number("max_new_tokens", self.max_new_tokens, low=1, integer=True)
+        check_number("min_tokens_to_keep", self.min_tokens_to_keep, low=1, integer=True)
+        check_optional(check_number, "seed", self.seed, integer=True)
 
     @classmethod
     def greedy(cls, **kwargs: Any) -> SamplingConfig:

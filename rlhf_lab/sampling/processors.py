@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from rlhf_lab.sampling.config import SamplingConfig
+from rlhf_lab.validation import check_number
 
 FILTER_VALUE = -float("inf")
 
@@ -90,8 +91,7 @@ def apply_no_repeat_ngram(scores: torch.Tensor, input_ids: torch.Tensor, n: int)
     Returns:
         (batch, vocab) scores with banned tokens at -inf.
     """
-    if n < 1:
-        raise ValueError(f"no_repeat_ngram_size must be >= 1 here, got {n}")
+    check_number("no_repeat_ngram_size", n, low=1, integer=True)  # 0 means "off": skip the call instead
     seq_len = input_ids.shape[1]
     if seq_len < n:  # no complete n-gram yet
         return scores
@@ -117,8 +117,7 @@ def apply_temperature(scores: torch.Tensor, temperature: float) -> torch.Tensor:
 
     scores: (batch, vocab) -> (batch, vocab).
     """
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}; use greedy decoding instead of 0")
+    check_number("temperature", temperature, low=0, low_open=True)  # T -> 0 is greedy: use do_sample=False
     return scores / temperature
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlhf_lab.tasks.base import Example, Task, check_int
+from rlhf_lab.tasks.base import Example, Task
 from rlhf_lab.tasks.formats import (
     ANSWER_FIRST,
     PLAIN,
@@ -31,10 +31,12 @@ from rlhf_lab.tasks.formats import (
     render_addition,
     reversed_sum,
 )
+from rlhf_lab.validation import check_number
 
 MAX_DIGITS = 12  # far beyond what the tiny model handles; keeps prompts short for the tokenizer
 
-_NAMES = {PLAIN: "addition", REASONING_FIRST: "addition_cot", ANSWER_FIRST: "addition_answer_first"}
+# The registry name of each format (registry.py builds TASKS from this, so the two cannot disagree).
+TASK_NAMES = {PLAIN: "addition", REASONING_FIRST: "addition_cot", ANSWER_FIRST: "addition_answer_first"}
 
 
 @dataclass(frozen=True)
@@ -45,12 +47,12 @@ class AdditionTask(Task):
     answer_format: str = PLAIN  # "plain" | "reasoning_first" | "answer_first"
 
     def __post_init__(self) -> None:
-        check_int(self.digits, "digits", 1, MAX_DIGITS)
+        check_number("digits", self.digits, low=1, high=MAX_DIGITS, integer=True)
         check_answer_format(self.answer_format)
 
     @property
     def name(self) -> str:
-        return _NAMES[self.answer_format]
+        return TASK_NAMES[self.answer_format]
 
     def make_example(self, a: int, b: int) -> Example:
         """The example for `a+b=` in this task's format (any non-negative a, b; zero-padded to `digits`)."""

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from rlhf_lab.tasks.formats import PLAIN, extract_answer
 from rlhf_lab.tasks.rewards import RewardFn, WeightedReward
+from rlhf_lab.validation import check_number
 
 
 @dataclass(frozen=True)
@@ -33,16 +34,6 @@ class Example:
     prompt: str
     answer: str
     completion: str
-
-
-def check_int(value: Any, field: str, low: int, high: int | None = None) -> None:
-    """Raise ValueError naming `field` unless `value` is an int (not bool) in [low, high]."""
-    in_range = isinstance(value, int) and not isinstance(value, bool) and value >= low
-    if in_range and high is not None:
-        in_range = value <= high
-    if not in_range:
-        allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
-        raise ValueError(f"{field} must be {allowed}, got {value!r}")
 
 
 def sample_distinct(rng: random.Random, space_size: int, k: int) -> list[int]:
@@ -104,9 +95,8 @@ class Task(ABC):
         Tasks that differ only in format (addition, addition_cot, addition_answer_first) draw the same
         problems for the same seed and parameters, so their datasets differ only in the completions.
         """
-        check_int(seed, "seed", 0)
-        check_int(n_train, "n_train", 0)
-        check_int(n_test, "n_test", 0)
+        for name, value in (("seed", seed), ("n_train", n_train), ("n_test", n_test)):
+            check_number(name, value, low=0, integer=True)
         if n_train + n_test > self.space_size():
             raise ValueError(
                 f"n_train + n_test must be <= {self.space_size()} (all distinct prompts of {self!r}), "
@@ -119,9 +109,9 @@ class Task(ABC):
 
     def make_ood_test(self, seed: int, n_test: int, extra: int = 1) -> list[Example]:
         """A test set of distinct, strictly longer problems (e.g. n+1-digit operands), seeded."""
-        check_int(seed, "seed", 0)
-        check_int(n_test, "n_test", 0)
-        check_int(extra, "extra", 1)
+        for name, value in (("seed", seed), ("n_test", n_test)):
+            check_number(name, value, low=0, integer=True)
+        check_number("extra", extra, low=1, integer=True)
         space = self.ood_space_size(extra)
         if n_test > space:
             raise ValueError(f"n_test must be <= {space} (all distinct OOD prompts), got {n_test}")

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import re
 
+from rlhf_lab.validation import check_choice
+
 PLAIN = "plain"
 REASONING_FIRST = "reasoning_first"
 ANSWER_FIRST = "answer_first"
@@ -54,9 +56,7 @@ _ADDITION_PROMPT = re.compile(r"([0-9]+)\+([0-9]+)=")
 
 def check_answer_format(answer_format: str, allow_auto: bool = False, field: str = "answer_format") -> None:
     """Raise ValueError naming `field` unless `answer_format` is one of the known formats."""
-    allowed = ANSWER_FORMATS + ((AUTO,) if allow_auto else ())
-    if answer_format not in allowed:
-        raise ValueError(f"{field} must be one of {', '.join(map(repr, allowed))}, got {answer_format!r}")
+    check_choice(field, answer_format, ANSWER_FORMATS + ((AUTO,) if allow_auto else ()))
 
 
 def is_digits(text: str) -> bool:

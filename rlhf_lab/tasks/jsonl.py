@@ -16,8 +16,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlhf_lab.tasks.base import Example, check_int
+from rlhf_lab.tasks.base import Example
 from rlhf_lab.tasks.registry import get_task
+from rlhf_lab.validation import check_number
 
 # (registry name, parameters). The three addition formats use the same digits and seed, hence the
 # same problems: the data-format experiment compares formats, not datasets.
@@ -79,8 +80,8 @@ def write_datasets(
 
     Returns {file name: path}, manifest.json included. Deterministic: same arguments, same bytes.
     """
-    for value, field in ((seed, "seed"), (n_train, "n_train"), (n_test, "n_test"), (n_ood, "n_ood")):
-        check_int(value, field, 0)
+    for name, value in (("seed", seed), ("n_train", n_train), ("n_test", n_test), ("n_ood", n_ood)):
+        check_number(name, value, low=0, integer=True)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}

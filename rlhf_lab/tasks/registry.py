@@ -6,17 +6,18 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from rlhf_lab.tasks.addition import TASK_NAMES as ADDITION_TASK_NAMES
 from rlhf_lab.tasks.addition import AdditionTask
 from rlhf_lab.tasks.base import Task
-from rlhf_lab.tasks.formats import ANSWER_FIRST, PLAIN, REASONING_FIRST
 from rlhf_lab.tasks.sorting import SortTask
+from rlhf_lab.validation import check_choice
 
-# name -> (class, parameters the name fixes). The three addition names share one class and differ
-# only in the fixed answer format, so they pose the same problems for the same seed.
+# name -> (class, parameters the name fixes). The three addition names ("addition", "addition_cot",
+# "addition_answer_first", named in addition.py) share one class and differ only in the fixed answer
+# format, so they pose the same problems for the same seed.
 TASKS: dict[str, tuple[type[Task], dict[str, Any]]] = {
-    "addition": (AdditionTask, {"answer_format": PLAIN}),
-    "addition_cot": (AdditionTask, {"answer_format": REASONING_FIRST}),
-    "addition_answer_first": (AdditionTask, {"answer_format": ANSWER_FIRST}),
+    **{name: (AdditionTask, {"answer_format": answer_format})
+       for answer_format, name in ADDITION_TASK_NAMES.items()},
     "sort": (SortTask, {}),
 }
 
@@ -26,8 +27,7 @@ def get_task(name: str, **params: Any) -> Task:
 
     Raises ValueError for an unknown name, an unknown or fixed parameter, or an invalid value.
     """
-    if name not in TASKS:
-        raise ValueError(f"name must be one of {', '.join(map(repr, TASKS))}, got {name!r}")
+    check_choice("name", name, tuple(TASKS))
     cls, fixed = TASKS[name]
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]  # every registered class is a dataclass
     allowed = [field.name for field in fields if field.name not in fixed]

@@ -36,7 +36,6 @@ and raises ValueError.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
@@ -51,6 +50,7 @@ from rlhf_lab.tasks.formats import (
     parse_addition_prompt,
     split_completion,
 )
+from rlhf_lab.validation import check_choice, check_number
 
 RewardFn = Callable[..., float]  # (prompt, completion, reference, finished=True) -> float
 
@@ -141,8 +141,7 @@ REWARDS: dict[str, RewardFn] = {
 
 def get_reward(name: str, answer_format: str = AUTO) -> RewardFn:
     """The named reward with `answer_format` bound: get_reward('correct', 'answer_first')."""
-    if name not in REWARDS:
-        raise ValueError(f"reward name must be one of {', '.join(map(repr, REWARDS))}, got {name!r}")
+    check_choice("reward name", name, tuple(REWARDS))
     check_answer_format(answer_format, allow_auto=True)
     return partial(REWARDS[name], answer_format=answer_format)
 
@@ -158,10 +157,8 @@ class WeightedReward:
         if not weights:
             raise ValueError("weights must name at least one reward, got an empty mapping")
         for name, weight in weights.items():
-            if name not in REWARDS:
-                raise ValueError(f"weights keys must be in {', '.join(map(repr, REWARDS))}, got {name!r}")
-            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
-                raise ValueError(f"weights[{name!r}] must be a finite number, got {weight!r}")
+            check_choice("weights key", name, tuple(REWARDS))
+            check_number(f"weights[{name!r}]", weight)  # any finite number: a negative weight is a penalty
         check_answer_format(answer_format, allow_auto=True)
         self.weights = {name: float(weight) for name, weight in weights.items()}
         self.answer_format = answer_format

@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rlhf_lab.tasks.base import Example, Task, check_int
+from rlhf_lab.tasks.base import Example, Task
 from rlhf_lab.tasks.formats import PLAIN
+from rlhf_lab.validation import check_number
 
 MAX_LENGTH = 20
 PROMPT_PREFIX = "sort:"
@@ -31,7 +32,7 @@ class SortTask(Task):
     default_reward: ClassVar[dict[str, float]] = {"partial": 1.0}
 
     def __post_init__(self) -> None:
-        check_int(self.length, "length", 1, MAX_LENGTH)
+        check_number("length", self.length, low=1, high=MAX_LENGTH, integer=True)
 
     @property
     def name(self) -> str:

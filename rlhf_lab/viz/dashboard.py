@@ -1,13 +1,18 @@
-"""`LiveDashboard`: one figure that redraws itself while `Trainer.train()` runs.
+"""`LiveDashboard`: one figure that redraws itself while `Trainer.train()` or `SFTTrainer.train()` runs.
 
     from rlhf_lab.viz import LiveDashboard
     trainer = Trainer(config, callbacks=[LiveDashboard()])    # or trainer.add_callback(LiveDashboard())
     trainer.train()
+    sft = SFTTrainer(sft_config, tokenizer, callbacks=[LiveDashboard()])   # the SFT view
+    sft.train()
 
-Twelve panels (see plots.py): reward (mean, std band, min-max band), accuracy (rollout; held-out as
-markers), KL to the reference (k1, k3), entropy, clip fractions, completion length, truncation rate,
-time per step, and for the latest step the advantages, the rewards of each prompt group, and the
-token- and sequence-level importance ratios.
+An RL trainer gets twelve panels (see plots.py): reward (mean, std band, min-max band), accuracy
+(rollout; held-out as markers), KL to the reference (k1, k3), entropy, clip fractions, completion
+length, truncation rate, time per step, and for the latest step the advantages, the rewards of each
+prompt group, and the token- and sequence-level importance ratios. An SFT trainer (its
+`dashboard_kind` is "sft"; a trainer without the attribute is told by its history's columns) gets
+six: training loss, held-out accuracy, learning rate, gradient norm, time per step and throughput.
+The dashboard imports no trainer: it reads `history`, `config` and those attributes.
 
 Where the frames go:
 - Inside a Jupyter kernel (JupyterLab, VS Code, Colab, headless nbclient): one output image,
@@ -40,8 +45,8 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ..rl.trainer import Callback
-from .plots import draw_dashboard, make_dashboard_axes
+from ..callbacks import Callback
+from .plots import DEFAULT_FIGSIZE, dashboard_kind, draw_dashboard, draw_sft_dashboard, make_dashboard_axes
 from .style import figure_png, in_notebook
 
 MODES = ("auto", "notebook", "png")
@@ -58,13 +63,14 @@ class LiveDashboard(Callback):
         mode: "auto" (notebook inside a Jupyter kernel, else png), "notebook" or "png".
         png_dir: where png mode writes `dashboard.png` (overwritten at each redraw).
         keep_frames: png mode also keeps every frame as `step_000040.png`.
-        figsize, dpi: size of the figure (inches) and of the image (dots per inch).
+        figsize, dpi: size of the figure (inches; default 15 x 9 for RL, 13 x 6 for SFT) and of the image
+            (dots per inch).
         raise_errors: re-raise drawing errors instead of warning (for tests).
     """
 
     def __init__(self, refresh_every: int = 5, min_interval: float = 1.0, max_overhead: float | None = 0.1,
                  x: str = "step", mode: str = "auto", png_dir: str | Path = "dashboard_frames",
-                 keep_frames: bool = False, figsize: tuple[float, float] = (15, 9), dpi: float = 72,
+                 keep_frames: bool = False, figsize: tuple[float, float] | None = None, dpi: float = 72,
                  raise_errors: bool = False) -> None:
         if isinstance(refresh_every, bool) or not isinstance(refresh_every, int) or refresh_every < 1:
             raise ValueError(f"refresh_every must be an integer >= 1, got {refresh_every!r}")
@@ -86,9 +92,11 @@ class LiveDashboard(Callback):
         self.dpi = dpi
         self.raise_errors = raise_errors
         # The figure is ours alone (no pyplot): nothing else shows it, closes it or redraws it.
-        self.figure = Figure(figsize=figsize, dpi=dpi)
+        self.figsize = figsize
+        self.kind = "rl"  # the panels the figure holds now; switched at the first draw for an SFT trainer
+        self.figure = Figure(figsize=figsize or DEFAULT_FIGSIZE[self.kind], dpi=dpi)
         FigureCanvasAgg(self.figure)
-        self.axes = make_dashboard_axes(self.figure)
+        self.axes = make_dashboard_axes(self.figure, self.kind)
         self.distributions = None  # latest StepDistributions
         self.handle = None  # IPython DisplayHandle of the current train() call
         self.draw_times: list[float] = []  # seconds per redraw (render + PNG + display)
@@ -141,8 +149,14 @@ class LiveDashboard(Callback):
         try:
             history = trainer.history
             config = getattr(trainer, "config", None)
-            max_length = getattr(trainer, "max_completion_length", None)
-            title = draw_dashboard(self.axes, history, self.distributions, config, self.x, max_length)
+            kind = dashboard_kind(trainer, history)
+            if kind != self.kind:
+                self._make_panels(kind)
+            if kind == "sft":
+                title = draw_sft_dashboard(self.axes, history, config, self.x)
+            else:
+                max_length = getattr(trainer, "max_completion_length", None)
+                title = draw_dashboard(self.axes, history, self.distributions, config, self.x, max_length)
             self.figure.suptitle(title, fontsize=11)
             step = int(history["step"].max()) if "step" in history.columns and len(history) else 0
             self._publish(step)
@@ -158,6 +172,13 @@ class LiveDashboard(Callback):
             self._last_draw_end = time.perf_counter()
             self.draw_times.append(self._last_draw_end - start)
             self._steps_since_draw = 0
+
+    def _make_panels(self, kind: str) -> None:
+        """Replace the panels by those of `kind` (the same Figure, so a notebook's output keeps its place)."""
+        self.figure.clear()
+        self.figure.set_size_inches(self.figsize or DEFAULT_FIGSIZE[kind])
+        self.axes = make_dashboard_axes(self.figure, kind)
+        self.kind = kind
 
     def _publish(self, step: int) -> None:
         png = figure_png(self.figure, dpi="figure")

@@ -3,6 +3,12 @@
     plot_history({"grpo": h1, "gspo": h2}, metrics=["reward_mean", "kl_k3"])   # runs side by side
     plot_dashboard(trainer.history, trainer.distributions, trainer.config)     # every panel, once
     save_training_plots(trainer.history, trainer.distributions, "runs/grpo")   # curves.png, dashboard.png
+    smooth(history["loss"], window=20)                                         # trailing mean, for curves
+
+Two dashboards: "rl" (12 panels, `DASHBOARD_PANELS`) for the RL `Trainer`, and "sft" (6 panels,
+`SFT_DASHBOARD_PANELS`: loss, held-out accuracy, learning rate, gradient norm, step time, throughput)
+for `SFTTrainer`. `dashboard_kind` picks one from the trainer's `dashboard_kind` attribute or, for a
+bare history, from its columns; nothing here imports a trainer.
 
 Every `draw_*` function draws one panel into an existing axes and copes with what a real run
 produces: the step-0 row (only `eval_accuracy` is set), columns that are missing or all NaN,
@@ -21,11 +27,14 @@ import numpy as np
 import pandas as pd
 import torch
 from matplotlib.axes import Axes
+from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
+from ..validation import check_choice, check_number
 from .style import (
     CLIP_SHADE_COLOR,
+    SFT_COLOR,
     ZERO_VARIANCE_COLOR,
     algo_color,
     figure_png,
@@ -48,6 +57,17 @@ DASHBOARD_PANELS = (
     ("clip", "length", "truncation", "time"),
     ("advantages", "groups", "token_ratios", "sequence_ratios"),
 )
+SFT_DASHBOARD_PANELS = (
+    ("loss", "eval_accuracy", "lr"),
+    ("grad_norm", "step_time", "tokens_per_s"),
+)
+PANELS = {"rl": DASHBOARD_PANELS, "sft": SFT_DASHBOARD_PANELS}
+DASHBOARD_KINDS = tuple(PANELS)
+DEFAULT_FIGSIZE = {"rl": (15, 9), "sft": (13, 6)}  # inches
+DEFAULT_METRICS = {  # what plot_history and save_training_plots show when not told
+    "rl": ("reward_mean", "accuracy", "eval_accuracy", "kl_k3", "entropy", "clip_frac"),
+    "sft": ("loss", "eval_accuracy", "lr", "grad_norm"),
+}
 GROUP_RELATIVE = ("grpo", "gspo", "rloo")  # equal rewards in a group -> advantage exactly 0
 MAX_GROUPS_SHOWN = 48
 
@@ -86,6 +106,31 @@ def _line(ax: Axes, xs: np.ndarray, ys: np.ndarray, **kwargs) -> None:
 
 def config_value(config, name: str, default=None):
     return default if config is None else getattr(config, name, default)
+
+
+def smooth(values, window: int = 5) -> np.ndarray:
+    """Trailing moving average over `window` values (fewer at the start: min_periods=1), as floats.
+
+    NaNs are skipped inside the window, so a column with gaps (evaluation steps) still smooths.
+    """
+    check_number("window", window, low=1, integer=True)
+    return pd.Series(np.asarray(values, dtype=float)).rolling(window, min_periods=1).mean().to_numpy()
+
+
+_rolling_mean = smooth  # plot_history's `smooth` argument hides the function's name inside it
+
+
+def dashboard_kind(trainer=None, history: pd.DataFrame | None = None) -> str:
+    """"rl" or "sft": the trainer's `dashboard_kind` attribute, else guessed from the history's columns
+    (an SFT history has a `loss` and no `reward_mean`)."""
+    kind = getattr(trainer, "dashboard_kind", None)
+    if kind is not None:
+        check_choice("dashboard_kind", kind, DASHBOARD_KINDS)
+        return kind
+    if history is None and trainer is not None:
+        history = getattr(trainer, "history", None)
+    columns = history.columns if isinstance(history, pd.DataFrame) else ()
+    return "sft" if "loss" in columns and "reward_mean" not in columns else "rl"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -320,20 +365,31 @@ def clipped_level(config) -> str:
 # the whole dashboard
 
 
-def make_dashboard_axes(fig: Figure) -> dict[str, Axes]:
-    """3 x 4 panels named as in DASHBOARD_PANELS. Fixed margins (no layout engine) keep redraws cheap."""
+def make_dashboard_axes(fig: Figure, kind: str = "rl") -> dict[str, Axes]:
+    """The panels of `kind` ("rl": 3 x 4 as in DASHBOARD_PANELS, "sft": 2 x 3 as in SFT_DASHBOARD_PANELS),
+    keyed by name. Fixed margins (no layout engine) keep redraws cheap."""
+    check_choice("kind", kind, DASHBOARD_KINDS)
+    panels = PANELS[kind]
     with matplotlib.rc_context(COMPACT_RC):
-        grid = fig.add_gridspec(len(DASHBOARD_PANELS), len(DASHBOARD_PANELS[0]), left=0.045, right=0.99,
-                                bottom=0.06, top=0.9, wspace=0.32, hspace=0.62)
-        axes = {name: fig.add_subplot(grid[row, col]) for row, names in enumerate(DASHBOARD_PANELS)
+        grid = fig.add_gridspec(len(panels), len(panels[0]), left=0.045 if kind == "rl" else 0.06, right=0.99,
+                                bottom=0.06 if kind == "rl" else 0.09, top=0.9, wspace=0.32,
+                                hspace=0.62 if kind == "rl" else 0.5)
+        axes = {name: fig.add_subplot(grid[row, col]) for row, names in enumerate(panels)
                 for col, name in enumerate(names)}
-    curves = {name for row in DASHBOARD_PANELS[:2] for name in row}
+    curves = {name for row in panels[:2] for name in row} if kind == "rl" else set(axes)
     for name, ax in axes.items():
         # Few ticks and no grid: tick labels and grid lines are most of what a redraw renders.
         ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=name in curves))  # steps are whole numbers
         counts = name in ("advantages", "token_ratios", "sequence_ratios")
         ax.yaxis.set_major_locator(MaxNLocator(nbins=4, integer=counts))
-        ax.xaxis.set_label_coords(0.5, -0.16)  # fixed, like the titles: no tick-label measuring
+        ax.xaxis.set_label_coords(0.5, -0.16 if kind == "rl" else -0.12)  # fixed, like the titles
+    if kind == "sft":
+        loss = axes["loss"]
+        loss.set_yscale("log")  # cross-entropy falls by orders of magnitude
+        # 1-2-5 ticks: labelled whether the loss spans a tenth of a decade or several decades
+        loss.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        loss.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        loss.yaxis.set_minor_locator(NullLocator())
     return axes
 
 
@@ -390,6 +446,69 @@ def draw_dashboard(axes: Mapping[str, Axes], history: pd.DataFrame | None, distr
     return dashboard_title(history, algo)
 
 
+# ----------------------------------------------------------------------------------------------
+# the SFT dashboard
+
+
+def draw_loss(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = SFT_COLOR) -> None:
+    """Training loss per step (faint) and its trailing mean (window ~ 1/20 of the run, at most 50)."""
+    xs, loss = x_values(history, x), column(history, "loss")
+    ax.set(xlabel=x_label(x), ylabel="cross-entropy (nats/token)")
+    if loss is None:
+        ax.set_title("training loss (completion tokens)")
+        return note(ax, "no training step yet")
+    finite = np.isfinite(loss) & np.isfinite(xs) & (loss > 0)  # > 0: the axis is logarithmic
+    window = int(min(50, max(1, finite.sum() // 20)))
+    ax.set_title(f"training loss: per step (faint), {window}-step mean" if window > 1 else "training loss")
+    if window > 1:
+        ax.plot(xs[finite], loss[finite], color=color, alpha=0.25, linewidth=0.8)
+    _line(ax, xs[finite], _rolling_mean(loss[finite], window), color=color)
+
+
+def draw_eval_accuracy(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = SFT_COLOR) -> None:
+    """Held-out greedy exact-match accuracy, one marker per evaluation."""
+    xs, held_out = x_values(history, x), column(history, "eval_accuracy")
+    ax.set(title="held-out greedy accuracy", xlabel=x_label(x), ylabel="fraction correct", ylim=(-0.03, 1.03))
+    if held_out is None:
+        return note(ax, "no evaluation yet\n(eval_every=0?)")
+    finite = np.isfinite(held_out) & np.isfinite(xs)
+    ax.plot(xs[finite], held_out[finite], linestyle=":", marker="o", markersize=4, color=color,
+            markeredgecolor="black")
+    ax.set_title(f"held-out greedy accuracy: {held_out[finite][-1]:.1%} at the last evaluation")
+
+
+def draw_grad_norm(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = SFT_COLOR,
+                   config=None) -> None:
+    """Gradient norm before clipping, with the clipping threshold (max_grad_norm) dotted."""
+    drawn = draw_lines(ax, history, [("grad_norm", "-")], "gradient norm (before clipping)", "L2 norm", x,
+                       color, empty="no training step yet")
+    max_norm = config_value(config, "max_grad_norm", None)
+    if drawn and max_norm:
+        ax.axhline(max_norm, color="black", linewidth=0.8, linestyle=":")
+        ax.text(0.98, max_norm, "clipped above ", ha="right", va="bottom", fontsize=7,
+                transform=ax.get_yaxis_transform())
+
+
+def draw_sft_dashboard(axes: Mapping[str, Axes], history: pd.DataFrame | None, config=None,
+                       x: str = "step") -> str:
+    """Clear and redraw the six SFT panels. Returns the figure title (task, step, time)."""
+    history = history if history is not None else pd.DataFrame({"step": []})
+    with matplotlib.rc_context(COMPACT_RC):
+        for ax in axes.values():
+            reset_axes(ax)
+        draw_loss(axes["loss"], history, x)
+        draw_eval_accuracy(axes["eval_accuracy"], history, x)
+        draw_lines(axes["lr"], history, [("lr", "-")], "learning rate: warm-up, then cosine decay",
+                   "learning rate", x, SFT_COLOR, empty="no training step yet")
+        draw_grad_norm(axes["grad_norm"], history, x, config=config)
+        draw_lines(axes["step_time"], history, [("step_time", "-")], "time per step (forward + backward + AdamW)",
+                   "seconds", x, SFT_COLOR, empty="no training step yet")
+        draw_lines(axes["tokens_per_s"], history, [("tokens_per_s", "-")], "throughput: supervised tokens/s",
+                   "completion tokens per second", x, SFT_COLOR, empty="no training step yet")
+    task = config_value(config, "task", None)
+    return dashboard_title(history, f"sft {task}" if task else "sft")
+
+
 def dashboard_title(history: pd.DataFrame, algo: str | None) -> str:
     name = (algo or "run").upper()
     steps = column(history, "step")
@@ -410,11 +529,16 @@ def dashboard_title(history: pd.DataFrame, algo: str | None) -> str:
 
 def plot_dashboard(history: pd.DataFrame | None, distributions=None, config=None, x: str = "step",
                    algo: str | None = None, max_length: int | None = None,
-                   figsize: tuple[float, float] = (15, 9)) -> Figure:
-    """Every dashboard panel for a finished (or running) run, as one static Figure with 12 axes."""
-    fig = new_figure(figsize, layout=None)
-    axes = make_dashboard_axes(fig)
-    title = draw_dashboard(axes, history, distributions, config, x, max_length, algo)
+                   figsize: tuple[float, float] | None = None, kind: str | None = None) -> Figure:
+    """Every dashboard panel for a finished (or running) run, as one static Figure: 12 axes for an RL
+    history, 6 for an SFT one (`kind` "rl" | "sft"; default: guessed from the history's columns)."""
+    kind = kind or dashboard_kind(history=history)
+    fig = new_figure(figsize or DEFAULT_FIGSIZE[kind], layout=None)
+    axes = make_dashboard_axes(fig, kind)
+    if kind == "sft":
+        title = draw_sft_dashboard(axes, history, config, x)
+    else:
+        title = draw_dashboard(axes, history, distributions, config, x, max_length, algo)
     fig.suptitle(title, fontsize=11)
     return fig
 
@@ -423,46 +547,75 @@ def plot_dashboard(history: pd.DataFrame | None, distributions=None, config=None
 # comparing runs
 
 
+def run_colors(labels: Sequence[str], colors=None) -> list[str]:
+    """One colour per run label: by algorithm (None), from a colormap (its name: distinct shades for runs of
+    one algorithm, e.g. a sweep), from a {label: colour} mapping, or from a list (cycled)."""
+    labels = list(labels)
+    if colors is None:
+        return [algo_color(run, index) for index, run in enumerate(labels)]
+    if isinstance(colors, str):
+        try:
+            colormap = matplotlib.colormaps[colors]
+        except KeyError:
+            raise ValueError(f"colors must be None, a colormap name, a mapping or a list, got {colors!r}") from None
+        return [to_hex(colormap(v)) for v in np.linspace(0, 0.85, len(labels))]
+    if isinstance(colors, Mapping):
+        return [colors.get(run, algo_color(run, index)) for index, run in enumerate(labels)]
+    colors = list(colors)
+    if not colors:
+        raise ValueError("colors must not be an empty list")
+    return [colors[index % len(colors)] for index in range(len(labels))]
+
+
 def plot_history(
     histories: pd.DataFrame | Mapping[str, pd.DataFrame],
-    metrics: Sequence[str] = ("reward_mean", "accuracy", "eval_accuracy", "kl_k3", "entropy", "clip_frac"),
+    metrics: Sequence[str] | None = None,
     x: str = "step",
     smooth: int = 1,
     ncols: int = 3,
     label: str | None = None,
     figsize: tuple[float, float] | None = None,
+    title: str | None = None,
+    colors: str | Sequence[str] | Mapping[str, str] | None = None,
 ) -> Figure:
-    """One axes per metric; several runs share each axes, coloured by algorithm (ALGO_COLORS).
+    """Small multiples: one axes per metric, one line per run; evaluations (`eval_accuracy`) as markers.
 
     Args:
-        histories: a `Trainer.history` DataFrame, or {run label: history}. Labels that start with an
-            algorithm's name ("grpo", "gspo beta=0.04") take its colour.
-        metrics: columns of the history (see rl/metrics.py METRIC_COLUMNS).
+        histories: a `Trainer.history` / `SFTTrainer.history` DataFrame, or {run label: history}.
+        metrics: columns of the histories (see rl/metrics.py METRIC_COLUMNS, sft.py HISTORY_COLUMNS); default
+            the main ones of an RL run, or of an SFT run when the first history is one.
         x: "step" or "wall_time" (seconds of training, evaluation excluded).
         smooth: window of a trailing moving average (1 = raw); the raw curve stays visible, faint.
         label: the legend label of a single DataFrame (default: its "algo" column if any, else "run").
+        title: the figure's title (suptitle), if any.
+        colors: None colours runs by algorithm (ALGO_COLORS: labels that start with an algorithm's name,
+            "grpo", "gspo beta=0.04", take its colour); a colormap name ("viridis") gives every run its
+            own shade, for runs of one algorithm; or a {label: colour} mapping, or a list of colours.
     Returns:
         a Figure with len(metrics) axes.
     """
     if x not in ("step", "wall_time"):
         raise ValueError(f"x must be 'step' or 'wall_time', got {x!r}")
-    if isinstance(smooth, bool) or not isinstance(smooth, int) or smooth < 1:
-        raise ValueError(f"smooth must be an integer >= 1, got {smooth!r}")
+    check_number("smooth", smooth, low=1, integer=True)
     if isinstance(histories, pd.DataFrame):
         if label is None:
             has_algo = "algo" in histories.columns and len(histories)
             label = str(histories["algo"].iloc[0]) if has_algo else "run"
         histories = {label: histories}
+    if not histories:
+        raise ValueError("histories must hold at least one run, got none")
+    if metrics is None:
+        metrics = DEFAULT_METRICS[dashboard_kind(history=next(iter(histories.values())))]
     metrics = list(metrics)
     if not metrics:
         raise ValueError("metrics must name at least one column, got an empty list")
+    line_colors = run_colors(list(histories), colors)
     ncols = max(1, min(ncols, len(metrics)))
     nrows = math.ceil(len(metrics) / ncols)
     fig = new_figure(figsize or (4.2 * ncols, 3.2 * nrows))
     axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(len(metrics))]
     with matplotlib.rc_context({"axes.grid": True, "grid.alpha": 0.3}):
-        for index, (run, history) in enumerate(histories.items()):
-            color = algo_color(run, index)
+        for color, (run, history) in zip(line_colors, histories.items()):
             xs = x_values(history, x)
             for ax, metric in zip(axes, metrics):
                 ys = column(history, metric)
@@ -472,7 +625,7 @@ def plot_history(
                 if metric == "eval_accuracy" or finite.sum() <= 2:  # sparse: evaluated every few steps
                     ax.plot(xs[finite], ys[finite], marker="o", markersize=4, color=color, label=run)
                 elif smooth > 1:
-                    smoothed = pd.Series(ys[finite]).rolling(smooth, min_periods=1).mean().to_numpy()
+                    smoothed = _rolling_mean(ys[finite], smooth)
                     ax.plot(xs[finite], ys[finite], color=color, alpha=0.25, linewidth=0.8)
                     ax.plot(xs[finite], smoothed, color=color, label=run)
                 else:
@@ -482,12 +635,14 @@ def plot_history(
             if not ax.lines:
                 note(ax, f"no data for {metric!r}")
         axes[0].legend(loc="best")
+    if title:
+        fig.suptitle(title)
     return fig
 
 
 def save_training_plots(history: pd.DataFrame, distributions, out_dir: str | Path, config=None,
                         algo: str | None = None, dpi: float = 100) -> list[Path]:
-    """Write curves.png (main metrics against step) and dashboard.png (every panel) into out_dir."""
+    """Write curves.png (main metrics against step) and dashboard.png (every panel, RL or SFT) into out_dir."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     algo = algo or config_value(config, "algo", None)

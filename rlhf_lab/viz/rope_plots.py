@@ -1,7 +1,10 @@
 """Pictures of rotary position embeddings (RoPE) for the RoPE notebook, and a RoPE explorer.
 
-Every function is pure: arguments in, a matplotlib Figure out (made by `new_figure`, so it is shown
-once in a notebook and never piles up in pyplot). The numbers come from `rlhf_lab.model.rope`.
+Every function is pure. The `plot_*` functions return a matplotlib Figure (made by `new_figure`, so it
+is shown once in a notebook and never piles up in pyplot). Beside each picture sits the exhibit it
+draws, returning tensors the notebook also prints and the tests check: `rotate_2d`, `relative_score`,
+`rope_decay_bound`, `angle_precision_error`. The mechanism itself (frequencies, scaling variants,
+`apply_rope`) comes from `rlhf_lab.model.rope`.
 
     from rlhf_lab.viz.rope_plots import plot_rope_scaling, rope_explorer
     plot_rope_scaling(head_dim=128, factor=4.0, original_max_position_embeddings=2048)
@@ -19,14 +22,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from ..model.rope import (
-    angle_precision_error,
-    apply_rope,
-    relative_score,
-    rope_decay_bound,
-    rope_inv_freq,
-    rotate_2d,
-)
+from ..model.rope import YARN_BETA_FAST, YARN_BETA_SLOW, apply_rope, rope_inv_freq
 from .style import new_figure
 from .widgets import LogSlider, make_explorer, register_explorer
 
@@ -54,7 +50,7 @@ def scaling_variants(factor: float = 4.0, original_max_position_embeddings: int 
         "linear": {"rope_type": "linear", "factor": factor},
         "dynamic": {"rope_type": "dynamic", "factor": factor},
         "yarn": {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": original,
-                 "beta_fast": 32.0, "beta_slow": 1.0},
+                 "beta_fast": float(YARN_BETA_FAST), "beta_slow": float(YARN_BETA_SLOW)},
         "llama3": {"rope_type": "llama3", "factor": factor, "original_max_position_embeddings": original,
                    "low_freq_factor": 1.0, "high_freq_factor": 4.0},
     }
@@ -79,6 +75,19 @@ def scaled_frequencies(
 
 # ----------------------------------------------------------------------------------------------
 # one 2-D pair: a rotation, and why only the offset survives the dot product
+
+
+def rotate_2d(vec: torch.Tensor, angle) -> torch.Tensor:
+    """Rotate 2-D vectors counter-clockwise: (x, y) -> (x cos a - y sin a, x sin a + y cos a).
+
+    vec (..., 2); angle a number or a tensor broadcastable to vec.shape[:-1]. Returns (..., 2).
+    """
+    vec = torch.as_tensor(vec)
+    vec = vec.double() if not vec.is_floating_point() else vec
+    angle = torch.as_tensor(angle, dtype=vec.dtype)
+    x, y = vec[..., 0], vec[..., 1]
+    c, s = angle.cos(), angle.sin()
+    return torch.stack((x * c - y * s, x * s + y * c), dim=-1)
 
 
 def _arrow(ax, vec, color, label=None, alpha=1.0, linestyle="-"):
@@ -164,6 +173,39 @@ def _square(x, y, color):
 # relative position and long-range decay
 
 
+def relative_score(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    m,
+    n,
+    base: float = 10000.0,
+    interleaved: bool = False,
+) -> torch.Tensor:
+    """The attention logit <R_m q, R_n k> between a query at position m and a key at position n.
+
+    It depends only on m - n: <R_m q, R_n k> = <q, R_m^T R_n k> = <q, R_{n-m} k>.
+
+    Args:
+        q, k: (head_dim,) vectors.
+        m, n: positions, ints or integer tensors of the same shape (num_pairs,).
+    Returns:
+        float32 tensor of shape () for int positions, else (num_pairs,).
+    """
+    head_dim = q.shape[-1]
+    m, n = torch.as_tensor(m), torch.as_tensor(n)
+    scalar = m.dim() == 0 and n.dim() == 0
+    m, n = torch.broadcast_tensors(m.reshape(-1), n.reshape(-1))
+    inv_freq, _ = rope_inv_freq(head_dim, base)
+
+    def rotated(vec: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        angles = positions.double()[:, None] * inv_freq.double()  # (num_pairs, d/2)
+        x = vec.double().expand(1, 1, len(positions), head_dim)  # (batch=1, heads=1, num_pairs, d)
+        return apply_rope(x, angles.cos()[None], angles.sin()[None], interleaved)[0, 0]
+
+    scores = (rotated(q, m) * rotated(k, n)).sum(dim=-1).float()  # (num_pairs,)
+    return scores[0] if scalar else scores
+
+
 def plot_relative_scores(q: torch.Tensor, k: torch.Tensor, num_positions: int = 48, base: float = 10000.0,
                          offsets: Sequence[int] = (0, 1, 4, 16)) -> Figure:
     """The RoPE attention logit <R_m q, R_n k> for every query position m and key position n.
@@ -204,6 +246,25 @@ def logits_at_distance(q: torch.Tensor, k: torch.Tensor, distances: torch.Tensor
     keys = k.float()[:, None, None, :].expand(-1, 1, len(distances), -1)  # (N, heads=1, D, d)
     rotated = apply_rope(keys, angles.cos().float(), angles.sin().float())[:, 0]  # (N, D, d)
     return (rotated * q.float()[:, None, :]).sum(-1)
+
+
+def rope_decay_bound(distances, head_dim: int = 128, base: float = 10000.0) -> torch.Tensor:
+    """RoFormer's long-term decay (section 3.4.3), as the relative bound plotted in the paper.
+
+    |score(m, n)| <= max_j |h_{j+1} - h_j| * sum_{j=1..d/2} |S_j|, with S_j = sum_{k=0}^{j-1} e^{i (m-n) theta_k}.
+    This returns (1 / (d/2)) * sum_{j=1..d/2} |S_j| (the mean of |S_j|): d/4 + 1/2 = 32.5 at distance 0 for
+    d = 128, about 18.0 at 10, 10.2 at 100 and 4.5 at 1000, decaying while it oscillates.
+
+    Args:
+        distances: |m - n|, a number or tensor of any shape (float ok).
+    Returns:
+        float64 tensor with the shape of `distances`.
+    """
+    distances = torch.as_tensor(distances, dtype=torch.float64)
+    theta = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # theta_k, (d/2,)
+    phases = torch.polar(torch.ones_like(theta), distances[..., None] * theta)  # e^{i (m-n) theta_k}
+    partial_sums = phases.cumsum(dim=-1)  # S_j for j = 1 .. d/2 (S_j holds terms k = 0 .. j-1)
+    return partial_sums.abs().mean(dim=-1)  # (1 / (d/2)) sum_j |S_j|
 
 
 def plot_decay_bound(max_distance: int = 10000, head_dim: int = 128,
@@ -252,6 +313,35 @@ def plot_decay_bound(max_distance: int = 10000, head_dim: int = 128,
 
 # ----------------------------------------------------------------------------------------------
 # numerics: angles in fp16 / bf16
+
+
+def angle_precision_error(
+    positions, head_dim: int = 128, base: float = 10000.0, dtype: torch.dtype = torch.float16
+) -> dict[str, torch.Tensor]:
+    """How wrong RoPE's angles get when m * theta_i is computed in a low-precision dtype.
+
+    The position, theta_i and their product are each rounded to `dtype`; cos and sin of that angle are
+    then taken in float64, so the error measured is the angle's alone (the reason HF and Meta force
+    float32 here: an fp16 angle gave GPT-NeoX a cos error of ~0.78 at position 1857).
+
+    Args:
+        positions: integer positions, (num_positions,) or a list.
+    Returns:
+        dict of float64 tensors (num_positions,), max over the d/2 frequencies:
+        "position": |round_dtype(m) - m| (0 for integers up to 2048 in fp16, up to 256 in bf16),
+        "angle": max_i |angle - m theta_i|, "cos" and "sin": max_i |cos(angle) - cos(m theta_i)|, etc.
+    """
+    positions = torch.as_tensor(positions, dtype=torch.float64).reshape(-1)
+    theta = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))  # (d/2,)
+    exact = positions[:, None] * theta  # m * theta_i in float64: (P, d/2)
+    rounded_positions = positions.to(dtype)
+    approx = (rounded_positions[:, None] * theta.to(dtype)).double()  # product rounded to dtype
+    return {
+        "position": (rounded_positions.double() - positions).abs(),
+        "angle": (approx - exact).abs().amax(dim=-1),
+        "cos": (approx.cos() - exact.cos()).abs().amax(dim=-1),
+        "sin": (approx.sin() - exact.sin()).abs().amax(dim=-1),
+    }
 
 
 def plot_angle_precision(positions: torch.Tensor, head_dim: int = 128, base: float = 10000.0,

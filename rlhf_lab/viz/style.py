@@ -6,7 +6,7 @@ stay distinguishable for every reader, in every notebook and in the CLI's PNGs.
 Figures are made by `new_figure`, never left registered with pyplot: a notebook then shows a
 returned figure exactly once (as the cell's value or through `display`), and a long session does
 not pile up open figures. Outside a Jupyter kernel figures are pure Agg, so scripts and CI never
-need a display.
+need a display. `show(fig)` puts a figure in a notebook once, as a small PNG, and forgets it.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ ALGO_COLORS: dict[str, str] = {
     "remax": "#56b4e9",  # sky blue
 }
 FALLBACK_COLORS = ("#000000", "#f0e442", "#7f7f7f", "#8c564b")  # runs whose name is no algorithm
+SFT_COLOR = "#000000"  # the SFT dashboard's curves: supervised learning is the baseline RL starts from
 
 KEPT_COLOR = "#4477aa"  # a token the sampling filters keep
 REMOVED_COLOR = "#cccccc"  # a token they remove (probability exactly 0 afterwards)
@@ -37,6 +38,7 @@ METRIC_LABELS: dict[str, str] = {
     "step": "step",
     "wall_time": "training time (s)",
     "step_time": "time per step (s)",
+    "loss": "training loss (nats/token)",
     "rollout_time": "rollout time (s)",
     "update_time": "update time (s)",
     "reward_mean": "reward (mean per completion)",
@@ -121,6 +123,21 @@ def figure_png(fig: Figure, dpi: float | str = 72) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi, pil_kwargs={"compress_level": 1})
     return buffer.getvalue()
+
+
+def show(fig: Figure, dpi: float = 80) -> None:
+    """Display `fig` once in a notebook as a small PNG (keeps the saved notebook light), then close it.
+
+    Outside a Jupyter kernel nothing is displayed; the figure is only released from pyplot, if pyplot
+    holds it, so that a script calling `show` neither blocks nor leaks open figures.
+    """
+    if in_notebook():
+        from IPython.display import Image, display
+
+        display(Image(data=figure_png(fig, dpi=dpi), format="png"))
+    pyplot = sys.modules.get("matplotlib.pyplot")  # never import pyplot just to close
+    if pyplot is not None:
+        pyplot.close(fig)
 
 
 def note(ax, text: str, fontsize: float = 9) -> None:

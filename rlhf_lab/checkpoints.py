@@ -1,0 +1,74 @@
+"""Loading a checkpoint: a shipped one by name, or any checkpoint folder.
+
+    from rlhf_lab.checkpoints import load_checkpoint
+    model, tokenizer, meta = load_checkpoint("addition_rl_start")
+    meta["accuracy"], meta["accuracy_band"]          # measured held-out greedy accuracy, its band
+
+This is the runtime side only: it imports the model and the tokenizer, never the training code.
+How the shipped checkpoints are trained (and regenerated) is `rlhf_lab.presets`; what they are is
+data/checkpoints/README.md.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from .device import pick_device
+from .model.hf import CheckpointError, from_pretrained, read_config
+from .tokenizer import CharTokenizer
+from .tokenizer import default_tokenizer as _default_tokenizer
+
+__all__ = ["CHECKPOINT_DIR", "CheckpointError", "checkpoint_folder", "load_checkpoint"]
+
+# data/checkpoints of the repository (notebooks and the CLI run from a clone, where it sits next to
+# the package). RLHF_LAB_CHECKPOINTS points somewhere else, e.g. for a pip-installed package.
+CHECKPOINT_DIR = Path(os.environ.get("RLHF_LAB_CHECKPOINTS", Path(__file__).resolve().parents[1] / "data" / "checkpoints"))
+
+
+def _available() -> list[str]:
+    """Names of the checkpoint folders in CHECKPOINT_DIR (those with a config.json)."""
+    if not CHECKPOINT_DIR.is_dir():
+        return []
+    return sorted(p.name for p in CHECKPOINT_DIR.iterdir() if (p / "config.json").is_file())
+
+
+def checkpoint_folder(name: str | os.PathLike) -> Path:
+    """A shipped checkpoint's folder by name, or `name` itself when it is a folder."""
+    if isinstance(name, str) and (CHECKPOINT_DIR / name).is_dir():
+        return CHECKPOINT_DIR / name
+    if Path(name).is_dir():
+        return Path(name)
+    raise CheckpointError(
+        f"{str(name)!r} is neither a checkpoint folder nor one of the checkpoints in {CHECKPOINT_DIR} "
+        f"({', '.join(_available()) or 'none there'}). A shipped checkpoint is regenerated with "
+        f"`python -m rlhf_lab sft --preset NAME` (`--help` lists the presets)"
+    )
+
+
+def load_checkpoint(name: str | os.PathLike, device: str | torch.device = "cpu", default_tokenizer: bool = False):
+    """Load a shipped checkpoint (by name) or any checkpoint folder.
+
+    `device`: "cpu" (default), "cuda", "mps" or "auto". Returns (model, tokenizer, metadata): the
+    lab's `LlamaModel` in eval mode, its `CharTokenizer` (read from the folder's tokenizer.json),
+    and the dict saved under config.json["rlhf_lab"] (accuracy, accuracy_band, steps, sft settings...).
+
+    A folder without tokenizer.json raises CheckpointError: its model was trained with some
+    tokenizer, and guessing it would give silently wrong ids. `default_tokenizer=True` accepts
+    such a folder and pairs it with the lab's default `CharTokenizer` (right for any model the lab
+    trained with `default_tokenizer()`, e.g. a `save_pretrained(model, folder)` without tokenizer).
+    """
+    folder = checkpoint_folder(name)
+    model = from_pretrained(folder, device=pick_device(device))  # first: "not a checkpoint" beats "no tokenizer"
+    if (folder / "tokenizer.json").is_file():
+        tokenizer = CharTokenizer.load(folder)
+    elif default_tokenizer:
+        tokenizer = _default_tokenizer()
+    else:
+        raise CheckpointError(
+            f"{folder} has no tokenizer.json, so the tokenizer its model was trained with is unknown; "
+            "pass default_tokenizer=True to use the lab's default CharTokenizer"
+        )
+    return model, tokenizer, dict(read_config(folder).get("rlhf_lab") or {})

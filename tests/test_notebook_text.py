@@ -1,0 +1,231 @@
+"""Every number a notebook's prose states comes from its committed outputs (rlhf_lab.prose_check):
+the rules on small synthetic notebooks, a planted wrong number in each real notebook, and the real
+check of every committed notebook."""
+
+from __future__ import annotations
+
+from collections import Counter
+from copy import deepcopy
+from decimal import Decimal
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from rlhf_lab.prose_check import ALLOWED, check_notebook, main, prose_numbers
+
+NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+
+
+def code(source: str = "pass", stdout: str | None = None, result: str | None = None, html: str | None = None):
+    cell = new_code_cell(source, execution_count=1)
+    if stdout is not None:
+        cell.outputs.append(new_output("stream", name="stdout", text=stdout))
+    if result is not None or html is not None:
+        data = {"text/plain": result or ""}
+        if html is not None:
+            data["text/html"] = html
+        cell.outputs.append(new_output("execute_result", data=data, execution_count=1))
+    return cell
+
+
+def md(text: str, **metadata):
+    cell = new_markdown_cell(text)
+    cell.metadata.update(metadata)
+    return cell
+
+
+def unmatched(*cells) -> list[str]:
+    return [f.number for f in check_notebook(new_notebook(cells=list(cells)), "test.ipynb")]
+
+
+def stated(text: str) -> list[str]:
+    return [n.text for n in prose_numbers(text)]
+
+
+# --- what counts as a stated number -----------------------------------------------------------------
+
+
+def test_decimals_percentages_scientific_multipliers_and_units_are_stated():
+    text = "0.535 and 1.24; 28% and 0.8% and 3 percent; -1.40e-08 and 3.6e-07; 12x and 4×; 12 s, 290 s, 1.6 min"
+    assert stated(text) == ["0.535", "1.24", "28%", "0.8%", "3 percent", "1.40e-08", "3.6e-07", "12x", "4×",
+                            "12 s", "290 s", "1.6 min"]
+    assert stated("15.6 s, 1504 KiB, 42 MB, 512 B, 2 GiB, 3 minutes, 15ms") == [
+        "15.6 s", "1504 KiB", "42 MB", "512 B", "2 GiB", "3 minutes", "15ms"]
+    kinds = {n.text: n.kind for n in prose_numbers("0.5, 12%, 3x, 20 s")}
+    assert kinds == {"0.5": "plain", "12%": "percent", "3x": "multiplier", "20 s": "unit"}
+
+
+def test_plain_integers_names_versions_and_references_are_not_stated():
+    text = ("## 3.1 Setup\n\n1. First, Q19 with 32 prompts in notebook 04 (2024), 4,971 problems, 96k parameters.\n"
+            "2. See section 3.2, §4.1, Eq. 2.3, Figure 1.2 and Table 2.1; arXiv 2402.03300 and 2309.06180.\n"
+            "torch 2.13.0+cpu, transformers 5.24, torch>=2.2, v0.6; Llama 3.1, Qwen2.5-1.5B, Llama-3.1-8B, "
+            "GPT-3.5, fp16, GRPO 2x2, 32 x 4096 tokens, the 1990s, 12s.")
+    assert stated(text) == []
+
+
+def test_latex_code_urls_and_html_are_ignored():
+    text = ("$\\epsilon = 0.37$ and $$x = 0.91$$ and \\(0.44\\) and `lr=0.3` and\n```python\ny = 0.9\n```\n"
+            "[a link](https://example.com/0.7) https://example.com/v1.5 ![img](fig_0.8.png) <img width=\"0.6\">"
+            "<!-- 0.123 -->")
+    assert stated(text) == []
+    assert stated("between $a$ and $b$ lies 0.25") == ["0.25"]  # LaTeX does not swallow the prose after it
+
+
+def test_ranges_are_two_numbers_and_share_the_unit():
+    numbers = prose_numbers("0.530-0.565, 0.735–0.770, 20.4-38.2%, 1.4-1.8 ms, 2-4x, 1-2 min, 10.6x to 132x")
+    assert [n.text for n in numbers] == ["0.530", "0.565", "0.735", "0.770", "20.4", "38.2%", "1.4", "1.8 ms",
+                                         "2", "4x", "1", "2 min", "10.6x", "132x"]
+    assert all(n.value > 0 for n in numbers)  # the dash is not a minus
+    by_text = {n.text: n for n in numbers}
+    assert by_text["20.4"].kind == "percent" and by_text["1.4"].unit == "ms"
+    assert by_text["2"].kind == "multiplier" and by_text["1"].unit == "min"
+
+
+def test_thousands_separators_and_signs():
+    (n,) = prose_numbers("a loss of -4,971.5")
+    assert n.text == "4,971.5" and n.value == Decimal("4971.5")
+    assert unmatched(code(stdout="loss -4971.52"), md("a loss of 4,971.5 and a change of -0.12")) == ["0.12"]
+    assert unmatched(code(stdout="change -0.12 and 1.40e-08"), md("a change of 0.12 (1.4e-08 in the cell)")) == []
+
+
+# --- matching ---------------------------------------------------------------------------------------
+
+
+def test_decimals_match_by_rounding_to_the_written_digits():
+    above = code(stdout="held-out accuracy 0.5349 (std 0.0456)")
+    assert unmatched(above, md("accuracy 0.535, roughly 0.53 or 0.5; std 0.046")) == []
+    assert unmatched(above, md("accuracy 0.536 and 0.54")) == ["0.536", "0.54"]
+    assert unmatched(code(stdout="0.5345"), md("0.534 or 0.535")) == []  # a tie rounds either way
+
+
+def test_numbers_must_come_from_outputs_above_not_below():
+    assert unmatched(md("it reaches 0.875"), code(stdout="0.875")) == ["0.875"]
+    assert unmatched(code(stdout="0.875"), md("it reaches 0.875")) == []
+    assert unmatched(code(stdout="0.875"), md("first 0.875"), md("restated 0.875")) == []
+    # earlier prose is no evidence
+    assert unmatched(md("the value 0.612"), code(stdout="nothing"), md("again 0.612")) == ["0.612", "0.612"]
+
+
+def test_percentages_match_fractions_and_printed_percentages():
+    above = code(stdout="accuracy 0.283, clipped 12.5%, small 0.0083", result="acc (%)  41.7")
+    assert unmatched(above, md("28.3% and 28% right, 12.5% (0.125) clipped, 0.8% small, 41.7% in the table")) == []
+    assert unmatched(above, md("29% and 14%")) == ["29%", "14%"]
+
+
+def test_multipliers_round_or_truncate_and_are_never_computed():
+    above = code(stdout="speed-up 12.436, ratio 1.42, range 667x")
+    assert unmatched(above, md("12x faster (12.4x), 1.4x, about 670x")) == []
+    assert unmatched(above, md("13x faster")) == ["13x"]
+    # 0.45 / 0.19 = 2.4, but the notebook must print the ratio it quotes
+    assert unmatched(code(stdout="0.45 s vs 0.19 s"), md("2.4x as much")) == ["2.4x"]
+
+
+def test_units_round_convert_within_their_family_and_need_outputs():
+    above = code(stdout="elapsed 290.4 s, step 0.189 s, total 96 s, saved 1504.0 KiB")
+    assert unmatched(above, md("290 s, about 300 s, 189 ms per step, 1.6 min, 1504 KiB")) == []
+    assert unmatched(above, md("about 400 s and 12 s")) == ["400 s", "12 s"]
+    # a small integer in the code above is no evidence for a measurement
+    assert unmatched(code("for step in range(20):\n    pass"), md("it takes 20 s")) == ["20 s"]
+
+
+def test_settings_in_code_count_above_and_in_the_cell_the_text_introduces():
+    assert unmatched(code("config = make_config(learning_rate=2e-4, beta=0.04)"), md("at learning rate 2e-4")) == []
+    assert unmatched(md("we train at learning rate 3e-3:"), code("train(learning_rate=3e-3)")) == []
+    assert unmatched(md("the 5-95 % band:"), code("q = x.quantile(torch.tensor([0.05, 0.95]))")) == []
+    # only the first code cell after the text, and only its source
+    later = [md("rate 3e-3"), code("pass"), code("train(learning_rate=3e-3)")]
+    assert unmatched(*later) == ["3e-3"]
+    assert unmatched(md("accuracy 0.875"), code("pass", stdout="0.875")) == ["0.875"]
+
+
+def test_tables_in_html_outputs_count():
+    html = "<table><tr><td>0.9062</td><td>55.7</td></tr></table>"
+    assert unmatched(code(result="<pandas.io.formats.style.Styler>", html=html), md("0.906 after 55.7 s")) == []
+
+
+def test_cell_metadata_allows_quoted_numbers_exactly():
+    quote = {"prose_check": {"allow": ["37.6-55.2%", "2.6x"], "reason": "vLLM and KIVI papers"}}
+    text = "the paper saved 37.6-55.2% and 2.6x less memory"
+    assert unmatched(code(stdout="nothing"), md(text, **quote)) == []
+    assert unmatched(code(stdout="nothing"), md(text)) == ["37.6", "55.2%", "2.6x"]
+    assert unmatched(md("38%, 0.376 and 2.7x", **quote)) == ["38%", "0.376", "2.7x"]  # exact; % only as %
+    with pytest.raises(ValueError, match="reason"):
+        unmatched(md(text, prose_check={"allow": ["37.6%"]}))
+
+
+def test_global_allow_list_is_small_documented_and_exact():
+    assert len(ALLOWED) <= 10
+    assert all(len(source) > 20 for source in ALLOWED.values()), "every global constant names its source"
+    assert unmatched(md("PPO clips at 0.2, GSPO at 3e-4 / 4e-4")) == []
+    assert unmatched(md("a clip of 0.3 and 0.25")) == ["0.3", "0.25"]
+
+
+def test_cli_reports_and_exits_1(tmp_path, capsys):
+    path = tmp_path / "01_x.ipynb"
+    nbformat.write(new_notebook(cells=[code(stdout="0.5"), md("we got 0.5 and 0.77 here")]), path)
+    clean = tmp_path / "02_y.ipynb"
+    nbformat.write(new_notebook(cells=[code(stdout="0.5"), md("we got 0.5")]), clean)
+    assert main([str(path), str(clean)]) == 1
+    out = capsys.readouterr().out
+    assert "01_x.ipynb: cell 1: 0.77" in out and "we got 0.5 and [0.77] here" in out
+    assert main([str(clean)]) == 0
+    assert main(["--summary", str(path), str(clean)]) == 1
+    out = capsys.readouterr().out
+    assert f"{path}: 1 unsupported number(s)" in out and f"{clean}: 0 unsupported number(s)" in out
+
+
+# --- the committed notebooks ------------------------------------------------------------------------
+
+
+def _planted(nb):
+    """Yield (notebook copy, cell index, planted text): one accepted plain decimal raised by 111 units of
+    its last digit (0.535 -> 0.646), those with the most decimals first."""
+    reported = {(f.cell, f.number) for f in check_notebook(nb)}
+    candidates = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            continue
+        for number in prose_numbers(cell.source):
+            if number.kind != "plain" or "." not in number.text or not number.text.replace(".", "").isdigit():
+                continue
+            if (index, number.text) not in reported:  # a number the checker currently accepts
+                candidates.append((index, number))
+    candidates.sort(key=lambda c: -len(c[1].text.split(".")[1]))
+    for index, number in candidates:
+        decimals = len(number.text.split(".")[1])
+        text = f"{number.value + 111 * number.quantum:.{decimals}f}"
+        copy = deepcopy(nb)
+        source = copy.cells[index].source
+        copy.cells[index].source = source[: number.start] + text + source[number.end :]
+        yield copy, index, text
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_checker_reports_a_planted_wrong_number(path):
+    nb = nbformat.read(path, as_version=4)
+    before = Counter((f.cell, f.number) for f in check_notebook(nb, path.name))
+    tried = 0
+    for copy, index, text in _planted(nb):
+        tried += 1
+        after = Counter((f.cell, f.number) for f in check_notebook(copy, path.name))
+        if after != before:  # the planted value may round to another printed number; then try the next
+            assert after - before == Counter({(index, text): 1}) and before - after == Counter()
+            return
+        if tried == 20:
+            break
+    if tried == 0:
+        pytest.skip(f"{path.name} states no decimal the checker accepts")
+    pytest.fail(f"none of {tried} planted numbers in {path.name} was reported")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_prose_numbers_come_from_committed_outputs(path):
+    """Rule 6 of notebooks/README.md. Fix a failure by printing the number in a cell above the text, by
+    rewriting the text from the output, or, for a number quoted from a paper, by cell metadata
+    {"prose_check": {"allow": [...], "reason": "..."}}."""
+    findings = check_notebook(nbformat.read(path, as_version=4), path.name)
+    assert not findings, f"{len(findings)} number(s) in the prose of {path.name} that no output above supports:\n" + (
+        "\n".join(f"  {f}" for f in findings))
