@@ -8,35 +8,13 @@ benchmarks call.
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 
 import pandas as pd
-from tqdm.auto import tqdm
 
-from .rl import Callback, Trainer, make_config
-
-
-class ProgressBar(Callback):
-    """A tqdm bar over steps (or seconds, with a time budget) showing reward and accuracy."""
-
-    def __init__(self, total: int | None, desc: str) -> None:
-        self.total, self.desc, self.bar = total, desc, None
-
-    def on_train_begin(self, trainer):
-        self.bar = tqdm(total=self.total, desc=self.desc, leave=False)
-
-    def on_step_end(self, trainer, metrics, distributions):
-        self.bar.update(1)
-        post = {"reward": f"{metrics['reward_mean']:.2f}"}
-        if not math.isnan(metrics.get("eval_accuracy", math.nan)):
-            post["eval_acc"] = f"{metrics['eval_accuracy']:.3f}"
-        self.bar.set_postfix(post)
-
-    def on_train_end(self, trainer):
-        if self.bar is not None:
-            self.bar.close()
+from .callbacks import ProgressBar
+from .rl import Trainer, make_config
 
 
 def summarize(trainer: Trainer) -> dict:
@@ -74,7 +52,7 @@ def train_run(config, out_dir: str | Path, progress: bool = True, save_checkpoin
     trainer = trainer or Trainer(config)
     total = None if config.time_budget else config.steps
     if progress:
-        trainer.add_callback(ProgressBar(total, f"{config.algo}"))
+        trainer.add_callback(ProgressBar(total))
     start = time.perf_counter()
     trainer.train()
     summary = summarize(trainer)

@@ -36,16 +36,9 @@ from .device import describe
 from .evaluate import greedy_accuracy
 from .model import LlamaModel
 from .model.hf import read_config, save_pretrained
-from .sft import SFTConfig, lab_model_config, train_sft
+from .sft import MODEL_SIZE, SFTConfig, lab_model_config, train_sft
 from .tasks import get_task
 from .tokenizer import default_tokenizer
-
-# The lab model's size for the shipped checkpoints (see data/checkpoints/README.md for why this size).
-# Pinned here (not taken from lab_model_config's defaults) so that regenerating gives the same weights.
-MODEL_SIZE: dict = dict(
-    hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-    initializer_range=0.06,
-)
 
 
 @dataclass(frozen=True)

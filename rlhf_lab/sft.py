@@ -18,20 +18,27 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from .callbacks import Callback, call_hooks
+from .callbacks import NonFiniteLossError, ProgressBar, call_hooks
 from .device import autocast, pick_device
 from .evaluate import greedy_accuracy
 from .model import LlamaModel, ModelConfig
 from .schedule import learning_rate_at
 from .tasks import TASKS, get_task
+from .tasks.jsonl import SPLIT_N_TRAIN
 from .validation import check_choice, check_number, check_optional
+
+# The lab model's size: the shipped checkpoints' (data/checkpoints/README.md says why this size).
+MODEL_SIZE: dict = dict(
+    hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    initializer_range=0.06,
+)
 
 
 def lab_model_config(tokenizer, **overrides) -> ModelConfig:
@@ -45,9 +52,7 @@ def lab_model_config(tokenizer, **overrides) -> ModelConfig:
     400-800 steps.
     """
     base = dict(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=176, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, initializer_range=0.06,
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+        vocab_size=len(tokenizer), **MODEL_SIZE, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )
     base.update(overrides)
@@ -60,7 +65,7 @@ class SFTConfig:
 
     task: str = "addition"
     task_params: dict = field(default_factory=lambda: {"digits": 3})
-    n_train: int = 20000
+    n_train: int = SPLIT_N_TRAIN  # the split the shipped checkpoints and the RL trainer use
     n_test: int = 500
     steps: int = 2000  # also the length of the cosine decay (a continued run stays at its floor)
     batch_size: int = 64
@@ -119,10 +124,6 @@ def completion_loss(model, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> 
     return (nll * mask.reshape(-1)).sum() / mask.sum().clamp(min=1)
 
 
-class NonFiniteLossError(FloatingPointError):
-    """The loss or the gradient norm of an SFT step was NaN or infinite."""
-
-
 HISTORY_COLUMNS = ("step", "wall_time", "step_time", "loss", "eval_accuracy", "lr", "grad_norm", "tokens_per_s")
 
 
@@ -137,7 +138,7 @@ class SFTTrainer:
             Pass a teacher's answers as completions to distil it.
         eval_examples: held-out `Example`s for `evaluate`; default the first `config.eval_examples` of the
             task's test split (the one the RL trainer evaluates on).
-        callbacks: `rlhf_lab.callbacks.Callback`s (LiveDashboard, SFTProgressBar, ...).
+        callbacks: `rlhf_lab.callbacks.Callback`s (LiveDashboard, ProgressBar, ...).
 
     After `train()`: `history` (one row per step, row 0 = the model before training), `step`,
     `train_time` (seconds in training steps, evaluation excluded) and `stop_reason`
@@ -306,70 +307,20 @@ class SFTTrainer:
                 "tokens_per_s": supervised_tokens / max(step_time, 1e-9)}
 
 
-class SFTProgressBar(Callback):
-    """A tqdm bar over the steps of `SFTTrainer.train()` with the loss and the last held-out accuracy."""
-
-    def __init__(self, total: int | None = None, desc: str | None = None) -> None:
-        self.total, self.desc, self.bar = total, desc, None
-
-    def on_train_begin(self, trainer) -> None:
-        from tqdm.auto import tqdm
-
-        total = self.total if self.total is not None else trainer.config.steps
-        self.bar = tqdm(total=total, desc=self.desc or f"sft {trainer.config.task}", leave=False)
-
-    def on_step_end(self, trainer, metrics: dict, distributions=None) -> None:
-        self.bar.update(1)
-        if not math.isnan(metrics["eval_accuracy"]):
-            self.bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['eval_accuracy']:.2f}")
-
-    def on_train_end(self, trainer) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-class _RowCallback(Callback):
-    """train_sft's `callback(row)`: the row in train_sft's history format (held-out accuracy as "accuracy")."""
-
-    def __init__(self, callback: Callable[[dict], None]) -> None:
-        self.callback = callback
-
-    def on_step_end(self, trainer, metrics: dict, distributions=None) -> None:
-        self.callback(legacy_row(metrics))
-
-
-def legacy_row(metrics: dict) -> dict:
-    row = {name: metrics[name] for name in ("step", "loss", "lr", "grad_norm", "wall_time")}
-    row["accuracy"] = metrics["eval_accuracy"]
-    return row | {k: v for k, v in metrics.items() if k not in row and k != "eval_accuracy"}
-
-
-def train_sft(
-    config: SFTConfig,
-    tokenizer,
-    model: LlamaModel | None = None,
-    callback: Callable[[dict], None] | None = None,
-    progress: bool = True,
-) -> tuple[LlamaModel, pd.DataFrame]:
+def train_sft(config: SFTConfig, tokenizer, model: LlamaModel | None = None, callbacks=(),
+              progress: bool = True) -> tuple[LlamaModel, pd.DataFrame]:
     """Train (or continue training) `model` on `config.task`'s training split. Returns (model, history).
 
-    The script-style front of `SFTTrainer` (presets and the CLI use it): history has one row per step:
-    step, loss, lr, grad_norm, wall_time (seconds of training, evaluation excluded), `accuracy` (held-out
-    greedy exact match) on evaluation steps (NaN elsewhere), step_time and tokens_per_s; no step-0 row.
-    `callback(row)` is called per step with such a row. A KeyboardInterrupt is re-raised after the
-    trainer stopped cleanly, and a non-finite loss raises FloatingPointError, so a script never saves a
-    half-trained model as if it were done.
+    The script-style front of `SFTTrainer` (presets and the CLI use it); `history` is the trainer's.
+    A KeyboardInterrupt is re-raised after the trainer stopped cleanly, and a non-finite loss raises
+    NonFiniteLossError, so a script never saves a half-trained model as if it were done.
     """
-    callbacks: list[Callback] = [] if callback is None else [_RowCallback(callback)]
-    if progress:
-        callbacks.append(SFTProgressBar())
+    callbacks = list(callbacks) + ([ProgressBar()] if progress else [])
     trainer = SFTTrainer(config, tokenizer, model=model, callbacks=callbacks)
-    trainer.train()
+    history = trainer.train()
     if trainer.stop_reason == "interrupted":
         raise KeyboardInterrupt
     if trainer.stop_reason == "non_finite":
-        raise FloatingPointError(f"SFT loss became non-finite at step {trainer.step + 1}; lower learning_rate")
-    rows = [legacy_row(row) for row in trainer.rows if row["step"] > 0]
-    history = pd.DataFrame(rows)
+        raise NonFiniteLossError(f"SFT loss became non-finite at step {trainer.step + 1}; lower learning_rate")
     history.attrs["config"] = asdict(config)
     return trainer.model, history

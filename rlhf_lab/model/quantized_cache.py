@@ -89,8 +89,9 @@ class QuantizedKVCache:
         values = dequantize(self.value_codes[layer_idx], v_scale, v_min)
         return keys, values
 
-    def _flush(self, layer_idx: int) -> None:
-        """Quantize every complete group of R residual tokens and move it to the int8 store."""
+    def flush(self, layer_idx: int) -> None:
+        """Quantize every complete group of R residual tokens and move it to the int8 store (`update` calls
+        it after each write; the tokens still in the residual stay in full precision)."""
         R = self.residual_length
         res_k, res_v = self.residual_keys[layer_idx], self.residual_values[layer_idx]
         B, K, Sr, D = res_k.shape
@@ -120,7 +121,7 @@ class QuantizedKVCache:
         old_keys, old_values = self._dequantized(layer_idx)
         keys = torch.cat([old_keys, self.residual_keys[layer_idx]], dim=2)
         values = torch.cat([old_values, self.residual_values[layer_idx]], dim=2)
-        self._flush(layer_idx)
+        self.flush(layer_idx)
         if layer_idx == self.num_layers - 1:
             self.length += key.shape[2]
         return keys, values

@@ -41,11 +41,16 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
 }
 
 
-def make_config(algo: str, **overrides) -> RLConfig:
-    """The config class of `algo` with its defaults, updated with `overrides` (validated)."""
+def make_config(algo: str, settings: dict | None = None, **overrides) -> RLConfig:
+    """The config class of `algo` with its defaults, updated with `settings` (a dict shared by several
+    runs, e.g. a notebook's budget) and then `overrides`; validated.
+
+        COMMON = dict(steps=60, prompts_per_step=32)
+        make_config("grpo", COMMON, num_iterations=2)
+    """
     if algo not in ALGORITHMS:
         raise ValueError(f"algo must be one of {tuple(ALGORITHMS)}, got {algo!r}")
-    return ALGORITHMS[algo].config_class(**overrides)
+    return ALGORITHMS[algo].config_class(**{**(settings or {}), **overrides})
 
 
 __all__ = [

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from ..tasks.jsonl import SPLIT_N_TRAIN
 from ..validation import check_bool, check_choice, check_number
 
 
@@ -25,7 +26,7 @@ class RLConfig:
     task: str = "addition"
     task_params: dict = field(default_factory=lambda: {"digits": 3})
     reward_weights: dict | None = None  # e.g. {"correct": 1.0, "partial": 0.5}; None: the task's default
-    n_train: int = 20000  # same split as SFT, so the held-out test set is the checkpoint's
+    n_train: int = SPLIT_N_TRAIN  # same split as SFT, so the held-out test set is the checkpoint's
     n_test: int = 500
     # --- rollout
     prompts_per_step: int = 32  # distinct prompts per rollout

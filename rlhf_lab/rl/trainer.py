@@ -4,7 +4,8 @@
     rollout = trainer.collect_rollout()                    # 1. sample + score (+ the algorithm's shaping),
                                                            #    no-grad log pi_ref, log pi_old, V_old
     trainer.algorithm.compute_advantages(rollout)          # 2. each completion token's advantage
-    stats = trainer.update(rollout)                        # 3. passes x minibatches of loss -> backward -> step
+    stats = trainer.update(rollout)                        # 3. passes x minibatches of minibatch_step:
+                                                           #    loss -> backward -> clip -> optimiser step
     stats.metrics()                                        #    what the update did (clip fractions, ratios, ...)
 
 `train_step()` is those three phases plus one row of metrics, done atomically; `train()` loops
@@ -33,7 +34,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ..callbacks import Callback, call_hooks
+from ..callbacks import Callback, NonFiniteLossError, call_hooks
 from ..device import autocast, pick_device
 from ..evaluate import completion_budget, greedy_accuracy
 from ..sampling import SamplingConfig
@@ -54,10 +55,6 @@ from .metrics import (
 from .rollout import PolicyOutput, Rollout, RolloutSampler, policy_forward
 
 __all__ = ["Callback", "LossAndGradient", "NonFiniteLossError", "StepDistributions", "Trainer"]
-
-
-class NonFiniteLossError(FloatingPointError):
-    """The loss, the gradient or the weights of a step were NaN or infinite."""
 
 
 @dataclass
@@ -88,6 +85,8 @@ class Trainer:
     callable (prompt, completion, answer, finished) -> float, or an object with
     `score_batch(prompts, completions, answers, finished)`. Accuracy is always the task's exact match.
     """
+
+    dashboard_kind = "rl"  # which view LiveDashboard draws
 
     def __init__(self, config: RLConfig, model=None, tokenizer=None, reward_fn=None, callbacks=(),
                  algorithm: Algorithm | None = None):
@@ -212,39 +211,43 @@ class Trainer:
                 out.values = policy_forward(self.critic, minibatch, T, with_values=True).values
         return out
 
+    def minibatch_step(self, minibatch: Rollout, with_entropy: bool = False) -> tuple[LossInfo, float, PolicyOutput]:
+        """One optimiser step on one minibatch: loss -> backward -> clip the gradient norm -> AdamW step.
+        Returns (the loss's report, the gradient norm before clipping, the forward's outputs).
+        Raises NonFiniteLossError on a NaN/inf loss or gradient, before the step that would use it."""
+        step = self.step + 1
+        policy = self.policy_outputs(minibatch, with_entropy=with_entropy)
+        if minibatch.old_logprobs is None:  # on-policy: old = new.detach(), the ratio is exactly 1
+            minibatch.old_logprobs = policy.logprobs.detach()
+        loss, info = self.algorithm.loss(minibatch, policy)
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(f"non-finite loss ({loss.item()}) at step {step}; training stopped "
+                                     f"and the weights were kept from step {step - 1}")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), self.config.max_grad_norm))
+        if not math.isfinite(grad_norm):
+            raise NonFiniteLossError(f"non-finite gradient norm at step {step}; training stopped and the "
+                                     f"weights were kept from step {step - 1}")
+        self.optimizer.step()
+        return info, grad_norm, policy
+
     def update(self, rollout: Rollout) -> UpdateStats:
         """Phase 3: `num_iterations` passes over the rollout, each in `num_minibatches` shuffled
-        minibatches; per minibatch: loss -> backward -> clip the gradient norm -> optimiser step.
-        rollout.advantages must be filled (phase 2). Raises NonFiniteLossError on a NaN/inf loss or
-        gradient, before the optimiser step that would have used it."""
+        minibatches, one `minibatch_step` each. rollout.advantages must be filled (phase 2)."""
         c = self.config
-        step = self.step + 1
         stats = UpdateStats()
         N = len(rollout)
         size = N // c.num_minibatches
-        params = self.trainable_parameters()
         for iteration in range(c.num_iterations):
             order = torch.randperm(N, generator=self.sampler.data_generator).to(self.device)
             for k in range(c.num_minibatches):
                 minibatch = rollout.select(order[k * size : (k + 1) * size])
                 first_pass = iteration == 0
-                policy = self.policy_outputs(minibatch, with_entropy=first_pass)
-                if minibatch.old_logprobs is None:  # on-policy: old = new.detach(), the ratio is exactly 1
-                    minibatch.old_logprobs = policy.logprobs.detach()
-                loss, info = self.algorithm.loss(minibatch, policy)
-                if not torch.isfinite(loss):
-                    raise NonFiniteLossError(f"non-finite loss ({loss.item()}) at step {step}; training stopped "
-                                             f"and the weights were kept from step {step - 1}")
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm))
-                if not math.isfinite(grad_norm):
-                    raise NonFiniteLossError(f"non-finite gradient norm at step {step}; training stopped and the "
-                                             f"weights were kept from step {step - 1}")
-                self.optimizer.step()
+                info, grad_norm, policy = self.minibatch_step(minibatch, with_entropy=first_pass)
                 mask = minibatch.completion_mask
                 stats.add(info, mask, grad_norm, keep=c.keep_distributions)
-                if first_pass:
+                if first_pass:  # where the sampling policy stands: entropy, KL to the reference, critic fit
                     explained = None
                     if minibatch.returns is not None and policy.values is not None:
                         explained = float(explained_variance(policy.values.detach(), minibatch.returns, mask))
