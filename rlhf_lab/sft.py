@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -25,9 +24,10 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from .callbacks import NonFiniteLossError, ProgressBar, call_hooks
+from .callbacks import NonFiniteLossError, ProgressBar
 from .device import autocast, pick_device
 from .evaluate import greedy_accuracy
+from .loop import TrainingLoop
 from .model import LlamaModel, ModelConfig
 from .schedule import learning_rate_at
 from .tasks import TASKS, get_task
@@ -127,7 +127,7 @@ def completion_loss(model, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> 
 HISTORY_COLUMNS = ("step", "wall_time", "step_time", "loss", "eval_accuracy", "lr", "grad_norm", "tokens_per_s")
 
 
-class SFTTrainer:
+class SFTTrainer(TrainingLoop):
     """SFT of `model` (default: a fresh `lab_model_config` model) on `train_examples`.
 
     Args:
@@ -193,58 +193,24 @@ class SFTTrainer:
         frame.attrs["config"] = asdict(self.config)
         return frame
 
-    def add_callback(self, callback) -> None:
-        self.callbacks.append(callback)
-
     def evaluate(self, examples: Sequence | None = None) -> float:
         """Greedy exact-match accuracy on `examples` (default `eval_examples`), scored by config.task."""
         examples = self.eval_examples if examples is None else examples
         return greedy_accuracy(self.model, self.tokenizer, self.task, examples)
 
-    def train(self, steps: int | None = None, time_budget: float | None = None) -> pd.DataFrame:
-        """Run `steps` more steps (default config.steps) or until `time_budget` more seconds of training
-        (default config.time_budget), whichever comes first. Returns the history.
-
-        Stops early, cleanly, at `config.stop_at_accuracy`, on KeyboardInterrupt (Stop in Jupyter) or on a
-        non-finite loss (`stop_reason` says which); the model is then as after the last completed step.
-        Call again to continue: same optimizer, same step counter, same learning-rate schedule.
-        """
-        c = self.config
-        steps = c.steps if steps is None else steps
-        check_number("steps", steps, low=0, integer=True)
-        time_budget = c.time_budget if time_budget is None else time_budget
-        check_optional(check_number, "time_budget", time_budget, low=0, low_open=True)
-        budget_end = None if time_budget is None else self.train_time + time_budget
-        last_step = self.step + steps
-        self.stop_reason = None
+    def before_train(self) -> None:
         self.model.train()
-        call_hooks(self.callbacks, "on_train_begin", self)
-        try:
-            if not self.rows:  # step 0: where we start from
-                self.rows.append({"step": 0, "wall_time": 0.0,
-                                  "eval_accuracy": self.evaluate() if c.eval_every else math.nan})
-            while self.step < last_step and (budget_end is None or self.train_time < budget_end):
-                metrics = self._train_step()
-                self.rows.append(metrics)
-                out_of_time = budget_end is not None and self.train_time >= budget_end
-                if c.eval_every and (self.step % c.eval_every == 0 or self.step == last_step or out_of_time):
-                    metrics["eval_accuracy"] = self.evaluate()
-                call_hooks(self.callbacks, "on_step_end", self, metrics, None)
-                if c.stop_at_accuracy is not None and metrics["eval_accuracy"] >= c.stop_at_accuracy:
-                    self.stop_reason = "stop_at_accuracy"
-                    break
-            self.stop_reason = self.stop_reason or ("time_budget" if self.step < last_step else "steps")
-        except KeyboardInterrupt:
-            self.stop_reason = "interrupted"
-            print(f"SFT interrupted after step {self.step}; model and history intact ({len(self.rows)} rows). "
-                  f"Call train() again to continue.")
-        except NonFiniteLossError as exc:
-            self.stop_reason = "non_finite"
-            warnings.warn(str(exc), RuntimeWarning, stacklevel=2)
-        finally:
-            self.model.eval()
-            call_hooks(self.callbacks, "on_train_end", self)
-        return self.history
+
+    def after_train(self) -> None:
+        self.model.eval()
+
+    def start_row(self) -> dict:
+        # eval_every = 0 means no evaluation at all (a pure speed or loss run)
+        return {"step": 0, "wall_time": 0.0, "eval_accuracy": self.evaluate() if self.config.eval_every else math.nan}
+
+    def early_stop(self, metrics: dict) -> str | None:
+        target = self.config.stop_at_accuracy
+        return "stop_at_accuracy" if target is not None and metrics["eval_accuracy"] >= target else None
 
     # ------------------------------------------------------------------------------------------
     # One step
@@ -267,13 +233,16 @@ class SFTTrainer:
             group["lr"] = rate
         self.batch_generator.set_state(batch_state)
 
-    def _train_step(self) -> dict:
+    def train_step(self) -> dict:
+        """One optimiser step on a random batch, atomically; its row is appended to `history`."""
         snapshot = self._snapshot()
         try:
-            return self._unsafe_train_step()
+            metrics = self._unsafe_train_step()
         except BaseException:
             self._restore(snapshot)  # a half-done step never leaks into the model
             raise
+        self.rows.append(metrics)
+        return metrics
 
     def _unsafe_train_step(self) -> dict:
         c = self.config

@@ -275,7 +275,7 @@ def test_interrupt_in_a_step_keeps_the_model_of_the_last_completed_step(capsys):
     assert trainer.stop_reason == "interrupted" and trainer.step == 2
     assert history["step"].tolist() == [0, 1, 2]
     assert recorder.events[-1] == ("end", 2, "interrupted"), "on_train_end must run after Stop"
-    assert "interrupted after step 2; model and history intact" in capsys.readouterr().out
+    assert "interrupted after step 2; model and history are intact" in capsys.readouterr().out
     assert_same_weights(reference.model, trainer.model, "a half-done step leaked into the model (restore it)")
     assert_same_optimizer(reference, trainer, "a half-done step leaked into the AdamW state")
     # Continuing gives exactly the uninterrupted run: the interrupted step's batch is drawn again.

@@ -8,8 +8,8 @@
                                                            #    loss -> backward -> clip -> optimiser step
     stats.metrics()                                        #    what the update did (clip fractions, ratios, ...)
 
-`train_step()` is those three phases plus one row of metrics, done atomically; `train()` loops
-over `train_step()` with evaluation and callbacks. `loss_and_gradient(minibatch)` gives a loss and
+`train_step()` is those three phases plus one row of metrics, done atomically; `train()`
+(rlhf_lab/loop.py, shared with SFT) loops over `train_step()` with evaluation and callbacks. `loss_and_gradient(minibatch)` gives a loss and
 its gradient without changing the weights (to compare losses or advantages on the same samples).
 
 The loop knows the algorithm only through its hooks (algorithm.py): `make_critic`,
@@ -27,20 +27,19 @@ import copy
 import dataclasses
 import math
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 import torch
 
-from ..callbacks import Callback, NonFiniteLossError, call_hooks
+from ..callbacks import Callback, NonFiniteLossError
 from ..device import autocast, pick_device
 from ..evaluate import completion_budget, greedy_accuracy
+from ..loop import TrainingLoop
 from ..sampling import SamplingConfig
 from ..schedule import learning_rate_at
 from ..tasks import get_task
-from ..validation import check_number
 from .algorithm import Algorithm, LossInfo
 from .config import RLConfig
 from .losses import explained_variance
@@ -78,7 +77,7 @@ class LossAndGradient:
     gradient: torch.Tensor  # (num_trainable_parameters,)
 
 
-class Trainer:
+class Trainer(TrainingLoop):
     """Train `model` (default: the shipped RL starting checkpoint) with `config.algo`.
 
     reward_fn: what the optimiser maximises; default the task's rule (config.reward_weights). Any
@@ -148,9 +147,6 @@ class Trainer:
         if self.critic is not None and self.critic is not self.policy:
             params += list(self.critic.parameters())
         return params
-
-    def add_callback(self, callback) -> None:
-        self.callbacks.append(callback)
 
     def evaluate(self, examples=None) -> float:
         """Held-out greedy exact-match accuracy."""
@@ -289,43 +285,8 @@ class Trainer:
             self.distributions.append(distributions)
         return metrics
 
-    def train(self, steps: int | None = None, time_budget: float | None = None) -> pd.DataFrame:
-        """Run `steps` more steps (default config.steps) or until `time_budget` seconds of training.
-
-        Returns the history. Stops early, cleanly, on KeyboardInterrupt or a non-finite loss
-        (`self.stop_reason` says which); the model is then as it was after the last good step.
-        """
-        c = self.config
-        steps = c.steps if steps is None else steps
-        time_budget = c.time_budget if time_budget is None else time_budget
-        check_number("steps", steps, low=0, integer=True)
-        if time_budget is not None:
-            check_number("time_budget", time_budget, low=0, low_open=True)
-        budget_end = None if time_budget is None else self.train_time + time_budget
-        last_step = self.step + steps
-        self.stop_reason = None
-        call_hooks(self.callbacks, "on_train_begin", self)
-        try:
-            if not self.rows:  # step 0: where we start from
-                self.rows.append({"step": 0, "wall_time": 0.0, "eval_accuracy": self.evaluate()})
-            while self.step < last_step and (budget_end is None or self.train_time < budget_end):
-                metrics = self.train_step()
-                out_of_time = budget_end is not None and self.train_time >= budget_end
-                if c.eval_every and (self.step % c.eval_every == 0 or self.step == last_step or out_of_time):
-                    metrics["eval_accuracy"] = self.evaluate()
-                call_hooks(self.callbacks, "on_step_end", self, metrics,
-                           self.distributions[-1] if c.keep_distributions else None)
-            self.stop_reason = "time_budget" if self.step < last_step else "steps"
-        except KeyboardInterrupt:
-            self.stop_reason = "interrupted"
-            print(f"Training interrupted after step {self.step}; model and history are intact "
-                  f"({len(self.rows)} rows). Call train() again to continue.")
-        except NonFiniteLossError as exc:
-            self.stop_reason = "non_finite"
-            warnings.warn(str(exc), RuntimeWarning, stacklevel=2)
-        finally:
-            call_hooks(self.callbacks, "on_train_end", self)
-        return self.history
+    def latest_distributions(self) -> StepDistributions | None:
+        return self.distributions[-1] if self.config.keep_distributions and self.distributions else None
 
     # ------------------------------------------------------------------------------------------
 

@@ -1,0 +1,92 @@
+"""`TrainingLoop`: what the SFT trainer and the RL trainer share, so each holds only its own step.
+
+    train(steps=None, time_budget=None)
+        row 0 = the model before training (held-out accuracy), once
+        while steps remain and the time budget lasts:
+            train_step()                 atomic: a failed step leaves no trace (the subclass's job)
+            evaluate() every config.eval_every steps, and after the last one
+            callbacks' on_step_end
+            early_stop(row)              e.g. SFT's stop_at_accuracy
+        Stop in Jupyter (KeyboardInterrupt) or a non-finite loss ends the call cleanly; `stop_reason`
+        says why, and train() again continues from the same step.
+
+A subclass provides `config` (steps, time_budget, eval_every), `rows`, `step`, `train_time`,
+`callbacks`, `history`, `train_step()` (appends its row to `rows` and returns it) and `evaluate()`.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from .callbacks import NonFiniteLossError, call_hooks
+from .validation import check_number
+
+
+class TrainingLoop:
+    stop_reason: str | None = None
+
+    def train(self, steps: int | None = None, time_budget: float | None = None):
+        """Run `steps` more steps (default config.steps) or until `time_budget` more seconds of
+        training (default config.time_budget; evaluation excluded), whichever comes first.
+
+        Returns the history. Stops early, cleanly, on KeyboardInterrupt or a non-finite loss
+        (`self.stop_reason` says which); the model is then as it was after the last good step.
+        """
+        c = self.config
+        steps = c.steps if steps is None else steps
+        time_budget = c.time_budget if time_budget is None else time_budget
+        check_number("steps", steps, low=0, integer=True)
+        if time_budget is not None:
+            check_number("time_budget", time_budget, low=0, low_open=True)
+        budget_end = None if time_budget is None else self.train_time + time_budget
+        last_step = self.step + steps
+        self.stop_reason = None
+        self.before_train()
+        call_hooks(self.callbacks, "on_train_begin", self)
+        try:
+            if not self.rows:  # step 0: where we start from
+                self.rows.append(self.start_row())
+            while self.step < last_step and (budget_end is None or self.train_time < budget_end):
+                metrics = self.train_step()
+                out_of_time = budget_end is not None and self.train_time >= budget_end
+                if c.eval_every and (self.step % c.eval_every == 0 or self.step == last_step or out_of_time):
+                    metrics["eval_accuracy"] = self.evaluate()
+                call_hooks(self.callbacks, "on_step_end", self, metrics, self.latest_distributions())
+                self.stop_reason = self.early_stop(metrics)
+                if self.stop_reason:
+                    break
+            self.stop_reason = self.stop_reason or ("time_budget" if self.step < last_step else "steps")
+        except KeyboardInterrupt:
+            self.stop_reason = "interrupted"
+            print(f"Training interrupted after step {self.step}; model and history are intact "
+                  f"({len(self.rows)} rows). Call train() again to continue.")
+        except NonFiniteLossError as exc:
+            self.stop_reason = "non_finite"
+            warnings.warn(str(exc), RuntimeWarning, stacklevel=2)
+        finally:
+            self.after_train()
+            call_hooks(self.callbacks, "on_train_end", self)
+        return self.history
+
+    def add_callback(self, callback) -> None:
+        self.callbacks.append(callback)
+
+    # hooks, no-ops by default
+
+    def before_train(self) -> None:
+        """Called when train() starts (SFT switches the model to training mode)."""
+
+    def after_train(self) -> None:
+        """Called when train() ends, however it ends, before the callbacks' on_train_end."""
+
+    def start_row(self) -> dict:
+        """Row 0 of the history: the model before training."""
+        return {"step": 0, "wall_time": 0.0, "eval_accuracy": self.evaluate()}
+
+    def latest_distributions(self):
+        """What the live histograms show for the step just done (RL), or None."""
+        return None
+
+    def early_stop(self, metrics: dict) -> str | None:
+        """A stop reason after this step's row, or None to go on."""
+        return None
