@@ -17,6 +17,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from .validation import check_number
+
 # ---------------------------------------------------------------------------------------------- data
 
 
@@ -70,8 +72,7 @@ def run_sft(args: argparse.Namespace) -> int:
 
     from .presets import PRESETS, build_checkpoint, write_readme
 
-    if args.threads < 1:
-        raise ValueError(f"threads must be an integer >= 1, got {args.threads}")
+    check_number("threads", args.threads, low=1, integer=True)
     torch.set_num_threads(args.threads)
     names = list(PRESETS) if args.preset == "all" else [args.preset]
     overrides = {key: getattr(args, key) for key in ("steps", "learning_rate", "batch_size", "seed", "device")}

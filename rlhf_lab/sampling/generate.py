@@ -19,6 +19,7 @@ import torch
 
 from ..device import autocast
 from ..model.kv_cache import DynamicCache, StaticCache
+from ..validation import check_choice, check_number
 from .config import SamplingConfig
 from .processors import make_generator, process_logits, sample_next_token
 
@@ -41,7 +42,8 @@ def make_cache(kind: str, config, batch_size: int, max_len: int, device=None, dt
         return QuantizedKVCache(config, batch_size, device=device, dtype=dtype, **kwargs)
     if kind == "none":
         return None
-    raise ValueError(f"cache must be one of {CACHE_KINDS}, got {kind!r}")
+    check_choice("cache", kind, CACHE_KINDS)
+    raise AssertionError(f"unhandled cache kind {kind!r}")
 
 
 def left_pad(sequences: Sequence[Sequence[int]], pad_token_id: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -137,8 +139,7 @@ def generate(
         stop_at_eos: False keeps generating after EOS (benchmarks that need a fixed token count).
     """
     config = config or SamplingConfig(do_sample=False)
-    if num_return_sequences < 1:
-        raise ValueError(f"num_return_sequences must be >= 1, got {num_return_sequences}")
+    check_number("num_return_sequences", num_return_sequences, low=1, integer=True)
     mc = model.config
     device = model.device
     pad_id, eos_id = mc.pad_token_id, mc.eos_token_id

@@ -46,6 +46,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ..callbacks import Callback
+from ..validation import check_choice, check_number, check_optional
 from .plots import DEFAULT_FIGSIZE, dashboard_kind, draw_dashboard, draw_sft_dashboard, make_dashboard_axes
 from .style import figure_png, in_notebook
 
@@ -72,16 +73,11 @@ class LiveDashboard(Callback):
                  x: str = "step", mode: str = "auto", png_dir: str | Path = "dashboard_frames",
                  keep_frames: bool = False, figsize: tuple[float, float] | None = None, dpi: float = 72,
                  raise_errors: bool = False) -> None:
-        if isinstance(refresh_every, bool) or not isinstance(refresh_every, int) or refresh_every < 1:
-            raise ValueError(f"refresh_every must be an integer >= 1, got {refresh_every!r}")
-        if not min_interval >= 0:
-            raise ValueError(f"min_interval must be >= 0 seconds, got {min_interval!r}")
-        if max_overhead is not None and not 0 < max_overhead < 1:
-            raise ValueError(f"max_overhead must be in (0, 1) or None, got {max_overhead!r}")
-        if x not in ("step", "wall_time"):
-            raise ValueError(f"x must be 'step' or 'wall_time', got {x!r}")
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        check_number("refresh_every", refresh_every, low=1, integer=True)
+        check_number("min_interval", min_interval, low=0)  # seconds
+        check_optional(check_number, "max_overhead", max_overhead, low=0, high=1, low_open=True, high_open=True)
+        check_choice("x", x, ("step", "wall_time"))
+        check_choice("mode", mode, MODES)
         self.refresh_every = refresh_every
         self.min_interval = min_interval
         self.max_overhead = max_overhead

@@ -594,8 +594,7 @@ def plot_history(
     Returns:
         a Figure with len(metrics) axes.
     """
-    if x not in ("step", "wall_time"):
-        raise ValueError(f"x must be 'step' or 'wall_time', got {x!r}")
+    check_choice("x", x, ("step", "wall_time"))
     check_number("smooth", smooth, low=1, integer=True)
     if isinstance(histories, pd.DataFrame):
         if label is None:

@@ -23,6 +23,7 @@ import torch
 from matplotlib.figure import Figure
 
 from ..model.rope import YARN_BETA_FAST, YARN_BETA_SLOW, apply_rope, rope_inv_freq
+from ..validation import check_number
 from .style import new_figure
 from .widgets import LogSlider, make_explorer, register_explorer
 
@@ -427,10 +428,8 @@ def plot_rope_explorer(pair: int = 8, position: int = 100, base: float = 10000.0
     position m (pairs on y), the chosen (pair, position) marked. Right: the wavelength of every pair
     (tokens, log y), the chosen one marked.
     """
-    if not 0 <= pair < head_dim // 2:
-        raise ValueError(f"pair must be in [0, {head_dim // 2}) for head_dim={head_dim}, got {pair}")
-    if position < 0:
-        raise ValueError(f"position must be >= 0, got {position}")
+    check_number("pair", pair, low=0, high=head_dim // 2, high_open=True, integer=True)  # head_dim // 2 pairs
+    check_number("position", position, low=0)
     inv_freq, _ = rope_inv_freq(head_dim, base)
     theta = float(inv_freq[pair])
     wavelengths = 2 * math.pi / inv_freq.double()

@@ -47,6 +47,7 @@ from ..rl.config import RLConfig
 from ..rl.gspo import GSPOConfig
 from ..rl.losses import clipped_surrogate
 from ..sampling import SamplingConfig, explain_filters
+from ..validation import check_choice, check_number
 from .style import (
     ALGO_COLORS,
     CLIP_SHADE_COLOR,
@@ -72,8 +73,7 @@ def register_explorer(name: str) -> Callable[[Callable], Callable]:
 
 def explore(name: str, *args, **kwargs):
     """Build a registered explorer by name (see EXPLORERS)."""
-    if name not in EXPLORERS:
-        raise ValueError(f"name must be one of {tuple(sorted(EXPLORERS))}, got {name!r}")
+    check_choice("name", name, tuple(sorted(EXPLORERS)))
     return EXPLORERS[name](*args, **kwargs)
 
 
@@ -284,17 +284,14 @@ def plot_clip_surrogate(epsilon: float | None = None, epsilon_high: float | None
     epsilon / epsilon_high default to that level's usual values; epsilon_high defaults to epsilon.
     The surrogate line of each axes has gid "surrogate".
     """
-    if level not in CLIP_DEFAULTS:
-        raise ValueError(f"level must be one of {tuple(CLIP_DEFAULTS)}, got {level!r}")
+    check_choice("level", level, tuple(CLIP_DEFAULTS))
     default_low, default_high = CLIP_DEFAULTS[level]
     if epsilon is None:
         epsilon = default_low
         epsilon_high = default_high if epsilon_high is None else epsilon_high
     epsilon_high = epsilon if epsilon_high is None else epsilon_high
-    if not 0 < epsilon < 1:
-        raise ValueError(f"epsilon must be in (0, 1), got {epsilon}")
-    if not epsilon_high > 0:
-        raise ValueError(f"epsilon_high must be > 0, got {epsilon_high}")
+    check_number("epsilon", epsilon, low=0, high=1, low_open=True, high_open=True)
+    check_number("epsilon_high", epsilon_high, low=0, low_open=True)
     if not advantage != 0:
         raise ValueError(f"advantage must be non-zero (its sign picks the panel), got {advantage}")
 
