@@ -1,0 +1,88 @@
+"""Seconds per RL step, two code trees against each other, interleaved so machine load cancels out.
+
+    python bench/rl_step.py --trees before=/path/to/old/checkout after=.        # A B A B ... rounds
+    python bench/rl_step.py --trees now=. --algos grpo --steps 30 --rounds 5
+
+Each (round, tree, algorithm) is one fresh process that imports rlhf_lab from that tree, trains
+`--steps` steps from the shipped checkpoint with the algorithm's defaults (seed 0, no held-out
+evaluation) and reports the median step time. The trees take turns within every round, so a load
+change on a shared machine hits both alike; the table gives, per algorithm, the median over rounds of
+each tree's median step time and the median and range of the per-round ratio against the first tree.
+The load average is printed with the table. Same seed, same code path: when two trees compute the
+same arithmetic their histories are identical, and the script checks that the reward column agrees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+
+WORKER = r"""
+import json, statistics, sys, time
+sys.path.insert(0, sys.argv[1])
+import torch
+torch.set_num_threads(int(sys.argv[4]))
+from rlhf_lab.rl import Trainer, make_config
+trainer = Trainer(make_config(sys.argv[2], steps=int(sys.argv[3]), eval_every=0, eval_examples=1, seed=0))
+trainer.train(steps=1)  # warm-up: first-call allocations and lazy initialisation
+history = trainer.train()
+steps = history[history["step"] > 1]
+print(json.dumps({"step_time": statistics.median(steps["step_time"]),
+                  "rollout_time": statistics.median(steps["rollout_time"]),
+                  "update_time": statistics.median(steps["update_time"]),
+                  "rewards": [round(r, 6) for r in steps["reward_mean"]]}))
+"""
+
+
+def run(tree: Path, algo: str, steps: int, threads: int) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run([sys.executable, "-c", WORKER, str(tree), algo, str(steps), str(threads)],
+                         capture_output=True, text=True, env=env, cwd=tree, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trees", nargs="+", default=["now=."], help="NAME=PATH of a checkout (the first is the baseline)")
+    parser.add_argument("--algos", nargs="+", default=["grpo", "gspo", "ppo"])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    trees = dict(item.split("=", 1) for item in args.trees)
+    trees = {name: Path(path).resolve() for name, path in trees.items()}
+    results = {(name, algo): [] for name in trees for algo in args.algos}
+    loads = [os.getloadavg()[0]]
+    for round_ in range(args.rounds):
+        for algo in args.algos:
+            for name, tree in trees.items():  # A B A B: the trees take turns
+                results[name, algo].append(run(tree, algo, args.steps, args.threads))
+                print(f"round {round_ + 1} {algo:5s} {name:8s} {results[name, algo][-1]['step_time'] * 1000:7.1f} ms/step",
+                      flush=True)
+        loads.append(os.getloadavg()[0])
+    base = next(iter(trees))
+    print(f"\nRL step time, {date.today()}, {platform.machine()} {platform.processor() or ''}, {os.cpu_count()} cores, "
+          f"{args.threads} torch thread(s); 1-minute load average {min(loads):.2f}-{max(loads):.2f}; "
+          f"{args.rounds} interleaved rounds of {args.steps} steps (median per run, then median over rounds)\n")
+    print("| algorithm | tree | s/step | rollout s | update s | vs " + base + " (median, range) | same rewards |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+    for algo in args.algos:
+        for name in trees:
+            runs = results[name, algo]
+            ratios = [b["step_time"] / r["step_time"] for b, r in zip(results[base, algo], runs)]
+            same = all(r["rewards"] == b["rewards"] for r, b in zip(runs, results[base, algo]))
+            print(f"| {algo} | {name} | {statistics.median(r['step_time'] for r in runs):.3f} | "
+                  f"{statistics.median(r['rollout_time'] for r in runs):.3f} | "
+                  f"{statistics.median(r['update_time'] for r in runs):.3f} | "
+                  f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) | {'yes' if same else 'NO'} |")
+
+
+if __name__ == "__main__":
+    main()
