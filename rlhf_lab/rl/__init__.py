@@ -23,6 +23,7 @@ from .rollout import (
     PolicyOutput,
     Rollout,
     RolloutSampler,
+    completion_logits,
     encode_rollout,
     next_token_logprobs,
     policy_forward,
@@ -57,6 +58,6 @@ __all__ = [
     "ALGORITHMS", "GRPO", "GSPO", "PPO", "RLOO", "Algorithm", "Callback", "GRPOConfig", "GSPOConfig",
     "LossAndGradient", "LossInfo", "NonFiniteLossError", "PPOConfig", "PolicyGradient", "PolicyGradientConfig",
     "PolicyOutput", "RLConfig", "RLOOConfig", "ReMax", "ReMaxConfig", "Reinforce", "ReinforceConfig", "Rollout",
-    "RolloutSampler", "StepDistributions", "Trainer", "broadcast_to_tokens", "encode_rollout", "make_config",
+    "RolloutSampler", "StepDistributions", "Trainer", "broadcast_to_tokens", "completion_logits", "encode_rollout", "make_config",
     "next_token_logprobs", "policy_forward", "sample_and_score", "score_completions",
 ]
