@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -12,6 +13,13 @@ from .sampling import SamplingConfig, generate
 def completion_budget(examples: Sequence, slack: int = 2) -> int:
     """max_new_tokens for a set of examples: the longest reference completion, + EOS, + slack."""
     return max(len(e.completion) for e in examples) + 1 + slack
+
+
+def standard_error(accuracy: float, n: int) -> float:
+    """Standard error of an accuracy measured on n independent problems: sqrt(p (1 - p) / n).
+
+    Two accuracies on the same n problems that differ by less than ~2 of these are within noise."""
+    return math.sqrt(accuracy * (1 - accuracy) / n)
 
 
 def encode_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:

@@ -110,8 +110,8 @@ class Trainer(TrainingLoop):
         self.task = get_task(config.task, **config.task_params)
         if reward_fn is None:
             reward_fn = self.task.reward_fn(config.reward_weights)  # validates the weights' names
-        self.train_examples, test = self.task.make_split(0, config.n_train, config.n_test)  # data seed fixed
-        self.eval_examples = test[: config.eval_examples]
+        self.train_examples, self.test_examples = self.task.make_split(0, config.n_train, config.n_test)  # data seed fixed
+        self.eval_examples = self.test_examples[: config.eval_examples]  # what evaluate() scores during training
         self.max_completion_length = config.max_completion_length or completion_budget(self.train_examples)
         sampling = SamplingConfig(do_sample=True, temperature=config.temperature,
                                   max_new_tokens=self.max_completion_length, return_logprobs=True)
