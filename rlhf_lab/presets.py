@@ -24,13 +24,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from . import checkpoints as _checkpoints
 from .checkpoints import CHECKPOINT_DIR
 from .device import describe
 from .evaluate import greedy_accuracy
@@ -189,16 +187,3 @@ def write_readme(out_dir: str | os.PathLike = CHECKPOINT_DIR) -> Path:
 def model_size_line(size: dict) -> str:
     """MODEL_SIZE as keyword arguments, the way the README's "Model" section quotes it."""
     return ", ".join(f"{k}={v}" for k, v in size.items())
-
-
-# Temporary: the runtime loader moved to rlhf_lab.checkpoints. Old imports keep working, with a
-# DeprecationWarning naming the new place, until every caller is updated; then delete this.
-_MOVED = ("load_checkpoint", "checkpoint_folder")
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        warnings.warn(f"rlhf_lab.presets.{name} moved: use `from rlhf_lab.checkpoints import {name}`",
-                      DeprecationWarning, stacklevel=2)
-        return getattr(_checkpoints, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

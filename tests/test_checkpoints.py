@@ -7,7 +7,6 @@ import re
 import shutil
 import subprocess
 import sys
-import warnings
 
 import pytest
 import torch
@@ -243,18 +242,6 @@ def test_the_loader_does_not_import_the_training_code():
             "print(sorted(m for m in sys.modules if m in ('rlhf_lab.sft', 'rlhf_lab.presets', 'rlhf_lab.rl')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
-
-
-def test_old_presets_imports_still_work_with_a_warning():
-    import rlhf_lab.presets as presets
-
-    with pytest.warns(DeprecationWarning, match="rlhf_lab.checkpoints"):
-        assert presets.load_checkpoint is load_checkpoint
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert presets.CHECKPOINT_DIR == CHECKPOINT_DIR  # the build's default output folder, no warning
-    with pytest.raises(AttributeError):
-        presets.no_such_name  # noqa: B018
 
 
 def test_rl_start_is_the_same_model_as_the_sft_checkpoint():

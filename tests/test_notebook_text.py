@@ -37,8 +37,21 @@ def md(text: str, **metadata):
     return cell
 
 
+INTRO = new_markdown_cell("# A notebook\n\nWhat you will learn: nothing measured.")
+
+
 def unmatched(*cells) -> list[str]:
-    return [f.number for f in check_notebook(new_notebook(cells=list(cells)), "test.ipynb")]
+    """Unsupported numbers of a notebook made of an introduction (cell 0, which is checked against the
+    whole notebook's outputs) and then `cells`."""
+    return [f.number for f in check_notebook(new_notebook(cells=[INTRO, *cells]), "test.ipynb")]
+
+
+def test_the_first_cell_is_checked_against_the_whole_notebook():
+    first = new_markdown_cell("Run time: full mode 290 s.")
+    later = new_code_cell("print(290)", outputs=[nbformat.v4.new_output("stream", name="stdout", text="run time 290 s\n")])
+    assert check_notebook(new_notebook(cells=[first, later]), "t.ipynb") == []
+    wrong = new_markdown_cell("Run time: full mode 310 s.")
+    assert [f.number for f in check_notebook(new_notebook(cells=[wrong, later]), "t.ipynb")] == ["310 s"]
 
 
 def stated(text: str) -> list[str]:

@@ -178,3 +178,13 @@ def test_grpo_advantage_is_the_only_difference_from_the_base():
     for algo in ("grpo", "rloo", "reinforce", "remax", "gspo"):
         assert ALGORITHMS[algo].loss is PolicyGradient.loss, algo
     assert issubclass(ALGORITHMS["gspo"], GRPO) and not issubclass(ALGORITHMS["reinforce"], GRPO)
+
+
+def test_held_out_split_and_its_standard_error():
+    from rlhf_lab.evaluate import standard_error
+
+    trainer = trainer_for("grpo")
+    assert len(trainer.test_examples) == SMALL["n_test"]
+    assert trainer.eval_examples == trainer.test_examples[: SMALL["eval_examples"]]
+    assert not {e.prompt for e in trainer.test_examples} & {e.prompt for e in trainer.train_examples}
+    assert standard_error(0.5, 100) == pytest.approx(0.05) and standard_error(1.0, 100) == 0.0
