@@ -3,7 +3,9 @@
     python bench/generation.py            # prints a markdown table (tokens/s, ms/step, peak memory)
 
 Every configuration runs in its own subprocess so that "peak memory" is that run's peak resident
-set size. Greedy decoding, EOS ignored, so every row generates exactly batch x new_tokens tokens.
+set size. The implementations take turns (A B A B ...) for `--rounds` rounds, so that a change of load
+on a shared machine hits all of them alike; the table gives the median tokens/s over rounds and the
+median and range of the per-round ratio to transformers, with the load average seen meanwhile. Greedy decoding, EOS ignored, so every row generates exactly batch x new_tokens tokens.
 The model is the lab's standard architecture with random weights (speed does not depend on them);
 transformers runs the same weights through `to_hf` (eager attention, its default dynamic cache).
 """
@@ -12,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -72,7 +76,8 @@ def run_one(impl: str, batch: int, new_tokens: int, repeats: int, threads: int |
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--one", nargs=3, metavar=("IMPL", "BATCH", "NEW_TOKENS"), help=argparse.SUPPRESS)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per run (the best counts)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median over rounds)")
     parser.add_argument("--impls", nargs="*", default=IMPLEMENTATIONS)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--settings", nargs="*", default=[f"{b}x{n}" for b, n in SETTINGS],
@@ -85,23 +90,36 @@ def main() -> None:
     import torch
 
     settings = [tuple(int(v) for v in item.split("x")) for item in args.settings]
-    rows = []
-    for batch, new in settings:
-        for impl in args.impls:
-            out = subprocess.run([sys.executable, __file__, "--one", impl, str(batch), str(new),
-                                  "--repeats", str(args.repeats)] + (["--threads", str(args.threads)] if args.threads else []),
-                                 capture_output=True, text=True, check=True)
-            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-            print(f"  {impl:12s} {batch}x{new}: {rows[-1]['tokens_per_s']:.0f} tok/s", file=sys.stderr, flush=True)
+    runs: dict[tuple, list[dict]] = {}
+    loads = [os.getloadavg()[0]]
+    for round_ in range(args.rounds):
+        for batch, new in settings:
+            for impl in args.impls:  # the implementations take turns within every round
+                out = subprocess.run([sys.executable, __file__, "--one", impl, str(batch), str(new),
+                                      "--repeats", str(args.repeats)] + (["--threads", str(args.threads)] if args.threads else []),
+                                     capture_output=True, text=True, check=True)
+                runs.setdefault((impl, batch, new), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
+                print(f"  round {round_ + 1} {impl:12s} {batch}x{new}: {runs[impl, batch, new][-1]['tokens_per_s']:.0f} tok/s",
+                      file=sys.stderr, flush=True)
+        loads.append(os.getloadavg()[0])
+    rows = [{**group[0], "tokens_per_s": statistics.median(r["tokens_per_s"] for r in group),
+             "ms_per_step": statistics.median(r["ms_per_step"] for r in group),
+             "peak_mib": max(r["peak_mib"] for r in group), "per_round": [r["tokens_per_s"] for r in group]}
+            for group in runs.values()]
     print(f"Generation benchmark, {date.today()}, {platform.machine()} {platform.processor() or ''}, "
-          f"{rows[0]['threads']} torch threads, torch {torch.__version__}, python {platform.python_version()}\n")
-    print("| implementation | batch x new tokens | tokens/s | ms/step | peak RSS (MiB) | vs hf-generate |")
+          f"{os.cpu_count()} cores, {rows[0]['threads']} torch threads, torch {torch.__version__}, python "
+          f"{platform.python_version()}; {args.rounds} interleaved rounds, best of {args.repeats} calls per run; "
+          f"1-minute load average {min(loads):.2f}-{max(loads):.2f}\n")
+    print("| implementation | batch x new tokens | tokens/s (median) | ms/step | peak RSS (MiB) | vs hf-generate (median, range) |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     for batch, new in settings:
         group = [r for r in rows if r["batch"] == batch and r["new_tokens"] == new]
         hf = next((r for r in group if r["impl"] == "hf-generate"), None)
         for r in group:
-            ratio = f"{r['tokens_per_s'] / hf['tokens_per_s']:.2f}x" if hf else "-"
+            ratio = "-"
+            if hf:
+                ratios = [a / b for a, b in zip(r["per_round"], hf["per_round"])]
+                ratio = f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
             print(f"| {r['impl']} | {batch} x {new} | {r['tokens_per_s']:.0f} | {r['ms_per_step']:.2f} | "
                   f"{r['peak_mib']:.0f} | {ratio} |")
     for batch, new in settings:
