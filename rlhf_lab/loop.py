@@ -11,12 +11,15 @@
         says why, and train() again continues from the same step.
 
 A subclass provides `config` (steps, time_budget, eval_every), `rows`, `step`, `train_time`,
-`callbacks`, `history`, `train_step()` (appends its row to `rows` and returns it) and `evaluate()`.
+`callbacks`, `history`, `evaluate()`, and for `train_step()`: `_step()` (one step, returning its
+row), `_snapshot()` and `_restore(snapshot)` (what a failed step must not change).
 """
 
 from __future__ import annotations
 
 import warnings
+
+import torch
 
 from .callbacks import NonFiniteLossError, call_hooks
 from .validation import check_number
@@ -68,6 +71,22 @@ class TrainingLoop:
             call_hooks(self.callbacks, "on_train_end", self)
         return self.history
 
+    def train_step(self) -> dict:
+        """One step, atomically: if anything fails (a non-finite loss, a KeyboardInterrupt) the model,
+        optimiser and RNG states are as before the step. Returns its row, appended to `history`."""
+        snapshot = self._snapshot()
+        try:
+            result = self._step()
+        except BaseException:
+            self._restore(snapshot)  # a half-done step never leaks into the model
+            raise
+        return self._commit(result)
+
+    def _commit(self, result) -> dict:
+        """Keep what a successful step produced (its row; the RL trainer also its distributions)."""
+        self.rows.append(result)
+        return result
+
     def add_callback(self, callback) -> None:
         self.callbacks.append(callback)
 
@@ -90,3 +109,24 @@ class TrainingLoop:
     def early_stop(self, metrics: dict) -> str | None:
         """A stop reason after this step's row, or None to go on."""
         return None
+
+
+def clone_state(state: dict) -> dict:
+    """A copy of a state_dict that later in-place updates cannot touch (tensors cloned)."""
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
+
+
+def optimizer_snapshot(optimizer: torch.optim.Optimizer):
+    """The optimiser's per-parameter state (AdamW: step and moments) and learning rates. Cloning the
+    state per parameter is ~10x cheaper than deep-copying optimizer.state_dict() (that copy cost ~7%
+    of a lab SFT step on a CPU)."""
+    return ({param: clone_state(state) for param, state in optimizer.state.items()},
+            [group["lr"] for group in optimizer.param_groups])
+
+
+def restore_optimizer(optimizer: torch.optim.Optimizer, snapshot) -> None:
+    moments, rates = snapshot
+    optimizer.state.clear()  # parameters without state at the snapshot (the first step) get none
+    optimizer.state.update(moments)
+    for group, rate in zip(optimizer.param_groups, rates):
+        group["lr"] = rate

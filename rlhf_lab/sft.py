@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from .callbacks import NonFiniteLossError, ProgressBar
 from .device import autocast, pick_device
 from .evaluate import greedy_accuracy
-from .loop import TrainingLoop
+from .loop import TrainingLoop, clone_state, optimizer_snapshot, restore_optimizer
 from .model import LlamaModel, ModelConfig
 from .schedule import learning_rate_at
 from .tasks import TASKS, get_task
@@ -52,8 +52,8 @@ def lab_model_config(tokenizer, **overrides) -> ModelConfig:
     400-800 steps.
     """
     base = dict(
-        vocab_size=len(tokenizer), **MODEL_SIZE, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer), **MODEL_SIZE, max_position_embeddings=128,
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
     )
     base.update(overrides)
     return ModelConfig(**base)
@@ -216,35 +216,17 @@ class SFTTrainer(TrainingLoop):
     # One step
 
     def _snapshot(self):
-        weights = {k: v.clone() for k, v in self.model.state_dict().items()}
-        # AdamW's step counts and moments, per parameter: ~10x cheaper than deep-copying optimizer.state_dict()
-        # (that copy cost ~7% of a lab SFT step on a CPU).
-        moments = {param: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
-                   for param, state in self.optimizer.state.items()}
-        rates = [group["lr"] for group in self.optimizer.param_groups]
-        return weights, moments, rates, self.batch_generator.get_state()
+        return (clone_state(self.model.state_dict()), optimizer_snapshot(self.optimizer),
+                self.batch_generator.get_state())
 
     def _restore(self, snapshot) -> None:
-        weights, moments, rates, batch_state = snapshot
+        weights, optimizer, batch_state = snapshot
         self.model.load_state_dict(weights)
-        self.optimizer.state.clear()  # parameters without state at the snapshot (the first step) get none
-        self.optimizer.state.update(moments)
-        for group, rate in zip(self.optimizer.param_groups, rates):
-            group["lr"] = rate
+        restore_optimizer(self.optimizer, optimizer)
         self.batch_generator.set_state(batch_state)
 
-    def train_step(self) -> dict:
-        """One optimiser step on a random batch, atomically; its row is appended to `history`."""
-        snapshot = self._snapshot()
-        try:
-            metrics = self._unsafe_train_step()
-        except BaseException:
-            self._restore(snapshot)  # a half-done step never leaks into the model
-            raise
-        self.rows.append(metrics)
-        return metrics
-
-    def _unsafe_train_step(self) -> dict:
+    def _step(self) -> dict:
+        """One optimiser step on a random batch of the training examples; returns its row."""
         c = self.config
         step = self.step + 1
         lr = learning_rate_at(step, c.learning_rate, c.warmup_steps, c.steps, schedule="cosine")

@@ -14,7 +14,7 @@ P = prompt width (left-padded), T = completion width (right-padded after EOS).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from numbers import Real
 
@@ -23,11 +23,6 @@ import torch
 from ..device import autocast
 from ..sampling import SamplingConfig, generate
 from .losses import entropy_from_logits, selective_log_softmax
-
-# What may be scored: a callable (prompt, completion, answer, finished) -> float, like the tasks'
-# rewards, or an object with `score_batch(prompts, completions, answers, finished) -> floats`
-# (a learned reward model scores the whole batch at once).
-RewardFn = Callable[[str, str, str, bool], float]
 
 
 @dataclass
@@ -65,11 +60,6 @@ class Rollout:
     @property
     def truncated(self) -> torch.Tensor:
         return ~self.finished
-
-    @property
-    def prompts(self) -> torch.Tensor:
-        """(N, P) the left-padded prompt ids."""
-        return self.input_ids[:, : self.prompt_width]
 
     def select(self, rows: torch.Tensor) -> Rollout:
         """The same rollout restricted to `rows` (a minibatch); per-row tensors and lists are indexed."""
@@ -133,7 +123,9 @@ def reward_name(reward_fn) -> str:
 def score_completions(reward_fn, prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str],
                       finished: Sequence[bool]) -> torch.Tensor:
     """Rewards of a batch of completions, (N,) float32. `reward_fn` is a per-completion callable
-    (prompt, completion, answer, finished) -> float, or has `score_batch(...)` with the same lists.
+    (prompt, completion, answer, finished) -> float like the tasks' rewards (`rlhf_lab.tasks.RewardFn`),
+    or has `score_batch(prompts, completions, answers, finished)` with the same lists (a learned reward
+    model scores the whole batch at once).
 
     Every reward must be a real number: a None, a string or a tensor of the wrong size raises an
     error naming the reward function and the bad value (a NaN is a number: the trainer stops on it

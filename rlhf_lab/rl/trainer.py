@@ -8,9 +8,10 @@
                                                            #    loss -> backward -> clip -> optimiser step
     stats.metrics()                                        #    what the update did (clip fractions, ratios, ...)
 
-`train_step()` is those three phases plus one row of metrics, done atomically; `train()`
-(rlhf_lab/loop.py, shared with SFT) loops over `train_step()` with evaluation and callbacks. `loss_and_gradient(minibatch)` gives a loss and
-its gradient without changing the weights (to compare losses or advantages on the same samples).
+`train_step()` is those three phases plus one row of metrics, done atomically, and `train()` loops
+over it with evaluation and callbacks; both come from `rlhf_lab.loop.TrainingLoop`, shared with SFT.
+`loss_and_gradient(minibatch)` gives a loss and its gradient without changing the weights (to
+compare losses or advantages on the same samples).
 
 The loop knows the algorithm only through its hooks (algorithm.py): `make_critic`,
 `shape_rollout`, `needs_old_logprobs`, `compute_advantages`, `loss`, `after_step`, `kl_coefficient`
@@ -36,7 +37,7 @@ import torch
 from ..callbacks import Callback, NonFiniteLossError
 from ..device import autocast, pick_device
 from ..evaluate import completion_budget, greedy_accuracy
-from ..loop import TrainingLoop
+from ..loop import TrainingLoop, clone_state, optimizer_snapshot, restore_optimizer
 from ..sampling import SamplingConfig
 from ..schedule import learning_rate_at
 from ..tasks import get_task
@@ -270,31 +271,15 @@ class Trainer(TrainingLoop):
     # ------------------------------------------------------------------------------------------
     # A whole step, and the loop
 
-    def train_step(self) -> dict:
-        """Phases 1-3 plus one row of metrics, atomically: if anything fails (a non-finite loss, a
-        KeyboardInterrupt) the model, optimiser, algorithm and RNG states are as before the step.
-        Returns the row, which is also appended to `history`."""
-        snapshot = self._snapshot()
-        try:
-            metrics, distributions = self._step()
-        except BaseException:
-            self._restore(snapshot)  # a half-done step never leaks into the model
-            raise
-        self.rows.append(metrics)
-        if distributions is not None:
-            self.distributions.append(distributions)
-        return metrics
-
     def latest_distributions(self) -> StepDistributions | None:
         return self.distributions[-1] if self.config.keep_distributions and self.distributions else None
 
     # ------------------------------------------------------------------------------------------
 
     def _snapshot(self):
-        clone = lambda sd: {k: (v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)) for k, v in sd.items()}  # noqa: E731
         separate = self.critic is not None and self.critic is not self.policy
-        return (clone(self.policy.state_dict()), clone(self.critic.state_dict()) if separate else None,
-                copy.deepcopy(self.optimizer.state_dict()), copy.deepcopy(self.algorithm.state_dict()),
+        return (clone_state(self.policy.state_dict()), clone_state(self.critic.state_dict()) if separate else None,
+                optimizer_snapshot(self.optimizer), copy.deepcopy(self.algorithm.state_dict()),
                 self.sampler.sample_generator.get_state(), self.sampler.data_generator.get_state())
 
     def _restore(self, snapshot) -> None:
@@ -302,10 +287,17 @@ class Trainer(TrainingLoop):
         self.policy.load_state_dict(policy)
         if critic is not None:
             self.critic.load_state_dict(critic)
-        self.optimizer.load_state_dict(optimizer)
+        restore_optimizer(self.optimizer, optimizer)
         self.algorithm.load_state_dict(algorithm)
         self.sampler.sample_generator.set_state(sample_state)
         self.sampler.data_generator.set_state(data_state)
+
+    def _commit(self, result) -> dict:
+        metrics, distributions = result
+        self.rows.append(metrics)
+        if distributions is not None:
+            self.distributions.append(distributions)
+        return metrics
 
     def _step(self) -> tuple[dict, StepDistributions | None]:
         c = self.config
