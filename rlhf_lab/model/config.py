@@ -3,6 +3,16 @@
 Field names follow Hugging Face's `LlamaConfig` where the two overlap (`hidden_size`,
 `intermediate_size`, `num_attention_heads`, `num_key_value_heads`, `rope_theta`, ...), so that
 `rlhf_lab.model.hf` can translate one into the other without a lookup table full of surprises.
+
+The same decoder also holds the two other dense families people train with RL from scratch. What
+differs is small (transformers' `models/{llama,qwen2,qwen3}/modeling_*.py`):
+
+    model_type  q/k/v bias        o_proj bias       MLP bias   q_norm / k_norm (per head, before RoPE)
+    llama       attention_bias    attention_bias    mlp_bias   no
+    qwen2       always            never             no         no
+    qwen3       attention_bias    attention_bias    no         yes (RMSNorm over head_dim)
+
+All three: RMSNorm, SwiGLU MLP, rotate-half RoPE, grouped-query attention.
 """
 
 from __future__ import annotations
@@ -10,8 +20,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from ..validation import check_bool, check_number
+from ..validation import check_bool, check_choice, check_number
 from .rope import check_head_dim, read_rope_scaling
+
+MODEL_TYPES = ("llama", "qwen2", "qwen3")  # transformers' model_type of each supported family
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa")  # transformers' names: written-out softmax, or the fused kernel
 
 
 @dataclass
@@ -23,6 +36,7 @@ class ModelConfig:
     2-core CPU within minutes.
     """
 
+    model_type: str = "llama"  # one of MODEL_TYPES: which family's layer details (table above)
     vocab_size: int = 64
     hidden_size: int = 128
     intermediate_size: int = 352
@@ -36,6 +50,9 @@ class ModelConfig:
     rope_interleaved: bool = False  # False: HF/NeoX half-split pairs; True: Meta's (2j, 2j+1) pairs
     rms_norm_eps: float = 1e-6
     tie_word_embeddings: bool = True
+    attention_bias: bool = False  # llama / qwen3: a bias on q, k, v and o (qwen2: q, k, v always, o never)
+    mlp_bias: bool = False  # llama only: a bias on gate, up and down
+    attn_implementation: str = "eager"  # "sdpa": torch's scaled_dot_product_attention, same function
     value_head: bool = False  # a scalar head on the last hidden state, for PPO's critic
     initializer_range: float = 0.02
     pad_token_id: int = 0
@@ -44,6 +61,8 @@ class ModelConfig:
     extra: dict = field(default_factory=dict)  # free-form notes saved with the checkpoint
 
     def __post_init__(self) -> None:
+        check_choice("model_type", self.model_type, MODEL_TYPES)
+        check_choice("attn_implementation", self.attn_implementation, ATTN_IMPLEMENTATIONS)
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                      "num_attention_heads", "num_key_value_heads", "max_position_embeddings"):
             check_number(name, getattr(self, name), low=1, integer=True)
@@ -68,14 +87,34 @@ class ModelConfig:
         check_number("rope_theta", self.rope_theta, low=1, low_open=True)  # rope_inv_freq's bound on base
         check_number("rms_norm_eps", self.rms_norm_eps, low=0, low_open=True)
         check_number("initializer_range", self.initializer_range, low=0)
-        for name in ("rope_interleaved", "tie_word_embeddings", "value_head"):
+        for name in ("rope_interleaved", "tie_word_embeddings", "value_head", "attention_bias", "mlp_bias"):
             check_bool(name, getattr(self, name))
+        if self.model_type != "llama":
+            for name in ("mlp_bias", "rope_interleaved"):  # transformers' Qwen classes have no such option
+                if getattr(self, name):
+                    raise ValueError(f"{name}=True is a llama option; model_type {self.model_type!r} has none")
+        if self.model_type == "qwen2" and self.attention_bias:
+            raise ValueError("attention_bias is not a qwen2 option: qwen2 always has q/k/v biases and no o_proj bias")
         if self.rope_scaling is not None:
             # The same checks RotaryEmbedding runs, so a bad dict fails here rather than at LlamaModel(config).
             scaling = read_rope_scaling(self.rope_scaling, self.rope_theta)
             self.rope_scaling = None if scaling == {"rope_type": "default"} else scaling
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             check_number(name, getattr(self, name), low=0, high=self.vocab_size, high_open=True, integer=True)
+
+    @property
+    def qkv_bias(self) -> bool:
+        """Whether q_proj, k_proj and v_proj carry a bias (Qwen2 always; Llama and Qwen3 with attention_bias)."""
+        return self.attention_bias or self.model_type == "qwen2"
+
+    @property
+    def o_proj_bias(self) -> bool:
+        return self.attention_bias  # False for qwen2 (checked above)
+
+    @property
+    def qk_norm(self) -> bool:
+        """Qwen3's RMSNorm on each query and key head (over head_dim), after the projection, before RoPE."""
+        return self.model_type == "qwen3"
 
     @property
     def rope_type(self) -> str:

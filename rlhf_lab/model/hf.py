@@ -1,7 +1,10 @@
 """Moving weights between the lab's model and Hugging Face transformers.
 
 The lab's parameters carry HF's names, so conversion is a state-dict copy plus a config
-translation. A saved folder is an ordinary HF Llama checkpoint:
+translation. Three families load: Llama (incl. SmolLM-style configs), Qwen2 / Qwen2.5 and Qwen3
+(`FAMILIES`); a config option the lab's model does not implement (sliding-window attention, a
+rope type it does not know, dropout, another activation) is refused with an error naming it, never
+silently ignored. A saved folder is an ordinary HF checkpoint:
 
     folder/config.json          LlamaConfig (plus an "rlhf_lab" entry with lab-only fields)
     folder/model.safetensors    weights
@@ -26,30 +29,45 @@ import torch
 from safetensors import SafetensorError as SafetensorsError
 from safetensors.torch import load_file, save_file
 
-from .config import ModelConfig
+from .config import MODEL_TYPES, ModelConfig
 from .transformer import LlamaModel
+
+# model_type -> (transformers config class, model class), for `config_to_hf`, `to_hf` and config.json.
+FAMILIES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+}
 
 
 class CheckpointError(ValueError):
     """A checkpoint folder is missing, truncated, or does not match its config."""
 
 
-_LAB_ONLY_FIELDS = ("rope_interleaved", "value_head", "extra")
+_LAB_ONLY_FIELDS = ("rope_interleaved", "value_head", "extra", "attn_implementation")
 
 
 def config_to_hf(config: ModelConfig):
-    """ModelConfig -> transformers.LlamaConfig (eager attention, so parity tests compare like with like)."""
-    from transformers import LlamaConfig
+    """ModelConfig -> the transformers config of its family (eager attention, so parity tests compare
+    like with like)."""
+    import transformers
 
+    config_class = getattr(transformers, FAMILIES[config.model_type][0])
+    family_options = {  # what each family's transformers config has beyond the shared fields
+        "llama": {"attention_bias": config.attention_bias, "mlp_bias": config.mlp_bias, "head_dim": config.head_dim},
+        "qwen2": {"use_sliding_window": False},
+        "qwen3": {"attention_bias": config.attention_bias, "head_dim": config.head_dim, "use_sliding_window": False},
+    }[config.model_type]
+    if config.model_type == "qwen2" and config.head_dim * config.num_attention_heads != config.hidden_size:
+        raise CheckpointError("qwen2 has no head_dim option: head_dim must be hidden_size // num_attention_heads")
     rope_parameters = {"rope_type": "default", **(config.rope_scaling or {}), "rope_theta": float(config.rope_theta)}
-    hf_config = LlamaConfig(
+    hf_config = config_class(
         vocab_size=config.vocab_size,
         hidden_size=config.hidden_size,
         intermediate_size=config.intermediate_size,
         num_hidden_layers=config.num_hidden_layers,
         num_attention_heads=config.num_attention_heads,
         num_key_value_heads=config.num_key_value_heads,
-        head_dim=config.head_dim,
         max_position_embeddings=config.max_position_embeddings,
         rope_parameters=rope_parameters,
         rms_norm_eps=config.rms_norm_eps,
@@ -58,8 +76,7 @@ def config_to_hf(config: ModelConfig):
         pad_token_id=config.pad_token_id,
         bos_token_id=config.bos_token_id,
         eos_token_id=config.eos_token_id,
-        attention_bias=False,
-        mlp_bias=False,
+        **family_options,
     )
     hf_config._attn_implementation = "eager"
     return hf_config
@@ -78,26 +95,50 @@ def _rope_from_hf_dict(hf: dict) -> tuple[float, dict | None]:
     return float(theta), (params or None)
 
 
-def config_from_hf(hf_config) -> ModelConfig:
-    """transformers.LlamaConfig (or its dict) -> ModelConfig. Raises ValueError for unsupported parts."""
-    hf = hf_config if isinstance(hf_config, dict) else hf_config.to_dict()
-    if hf.get("model_type", "llama") != "llama":
-        raise CheckpointError(f"model_type must be 'llama', got {hf.get('model_type')!r}")
-    if hf.get("attention_bias") or hf.get("mlp_bias"):
-        raise CheckpointError("attention_bias / mlp_bias checkpoints are not supported by the lab's model")
+def refuse_unsupported(hf: dict) -> None:
+    """Raise CheckpointError naming the first option of a transformers config dict that the lab's
+    model does not implement (it would otherwise compute a different function without a word)."""
+    model_type = hf.get("model_type", "llama")
+    if model_type not in MODEL_TYPES:
+        raise CheckpointError(f"model_type must be one of {MODEL_TYPES}, got {model_type!r}")
     if hf.get("hidden_act", "silu") != "silu":
-        raise CheckpointError(f"hidden_act must be 'silu', got {hf.get('hidden_act')!r}")
+        raise CheckpointError(f"hidden_act must be 'silu' (SwiGLU), got {hf.get('hidden_act')!r}")
+    if hf.get("use_sliding_window"):
+        raise CheckpointError("use_sliding_window=True is not supported: the lab's attention is full causal attention")
+    sliding = [i for i, kind in enumerate(hf.get("layer_types") or []) if kind != "full_attention"]
+    if sliding:
+        raise CheckpointError(f"layer_types: layers {sliding[:5]} are not 'full_attention' (sliding-window "
+                              "attention is not supported)")
+    if (hf.get("attention_dropout") or 0) > 0:
+        raise CheckpointError(f"attention_dropout={hf['attention_dropout']} is not supported (the lab's model has no dropout)")
+    if (hf.get("pretraining_tp") or 1) != 1:
+        raise CheckpointError(f"pretraining_tp={hf['pretraining_tp']} is not supported (use 1)")
+    if model_type != "llama" and (hf.get("mlp_bias") or False):
+        raise CheckpointError(f"mlp_bias is a llama option, not {model_type}'s")
+
+
+def config_from_hf(hf_config) -> ModelConfig:
+    """A transformers Llama / Qwen2 / Qwen3 config (or its dict) -> ModelConfig.
+
+    Raises CheckpointError for an option the lab's model does not implement (`refuse_unsupported`)."""
+    hf = hf_config if isinstance(hf_config, dict) else hf_config.to_dict()
+    refuse_unsupported(hf)
+    model_type = hf.get("model_type", "llama")
     theta, scaling = _rope_from_hf_dict(hf)
     lab = dict(hf.get("rlhf_lab") or {})
     eos = hf.get("eos_token_id", 2)
+    head_dim = hf.get("head_dim") if model_type != "qwen2" else None  # transformers' Qwen2 derives it
     return ModelConfig(
+        model_type=model_type,
+        attention_bias=bool(hf.get("attention_bias", False)) if model_type != "qwen2" else False,
+        mlp_bias=bool(hf.get("mlp_bias", False)),
         vocab_size=hf["vocab_size"],
         hidden_size=hf["hidden_size"],
         intermediate_size=hf["intermediate_size"],
         num_hidden_layers=hf["num_hidden_layers"],
         num_attention_heads=hf["num_attention_heads"],
         num_key_value_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
-        head_dim=hf.get("head_dim"),
+        head_dim=head_dim,
         max_position_embeddings=hf.get("max_position_embeddings", 2048),
         rope_theta=theta,
         rope_scaling=scaling,
@@ -140,7 +181,8 @@ def _load_lm_state_dict(model: LlamaModel, state: dict[str, torch.Tensor], sourc
 
 
 def from_hf(hf_model) -> LlamaModel:
-    """A `transformers.LlamaForCausalLM` -> the lab's model with the same weights (float32)."""
+    """A transformers `LlamaForCausalLM` / `Qwen2ForCausalLM` / `Qwen3ForCausalLM` -> the lab's model
+    with the same weights (float32)."""
     config = config_from_hf(hf_model.config)
     model = LlamaModel(config)
     state = {k: v.detach().float().cpu() for k, v in hf_model.state_dict().items()}
@@ -149,16 +191,17 @@ def from_hf(hf_model) -> LlamaModel:
 
 
 def to_hf(model: LlamaModel):
-    """The lab's model -> `transformers.LlamaForCausalLM` with the same weights (eager attention).
+    """The lab's model -> its family's transformers model (`LlamaForCausalLM`, ...) with the same
+    weights (float32, eager attention).
 
     Interleaved-RoPE models are converted to HF's half-split layout by permuting q/k rows.
     """
-    from transformers import LlamaForCausalLM
+    import transformers
 
     from .rope import interleaved_to_half_split
 
     config = model.config
-    hf_model = LlamaForCausalLM(config_to_hf(config))
+    hf_model = getattr(transformers, FAMILIES[config.model_type][1])(config_to_hf(config))
     state = {k: v.detach().float().cpu().clone() for k, v in _lm_state_dict(model).items()}
     if config.rope_interleaved:
         for name in list(state):
@@ -203,7 +246,7 @@ def save_pretrained(model: LlamaModel, folder: str | os.PathLike, tokenizer=None
     """Save as a Hugging Face Llama folder (atomically). `metadata` lands in config.json["rlhf_lab"]."""
     config = model.config
     hf_dict = config_to_hf(config).to_dict()
-    hf_dict["architectures"] = ["LlamaForCausalLM"]
+    hf_dict["architectures"] = [FAMILIES[config.model_type][1]]
     hf_dict["dtype"] = "float32"
     hf_dict["rlhf_lab"] = {**{k: getattr(config, k) for k in _LAB_ONLY_FIELDS}, **(metadata or {})}
     state = {k: v.detach().float().cpu().contiguous() for k, v in _lm_state_dict(model).items()}
@@ -251,20 +294,36 @@ def read_config(folder: str | os.PathLike) -> dict:
         raise CheckpointError(f"{path} is not valid JSON ({exc})") from exc
 
 
-def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu") -> LlamaModel:
-    """Load a Hugging Face Llama folder (ours or any compatible one) into the lab's model."""
+def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """model.safetensors, or the shards listed in model.safetensors.index.json (larger checkpoints)."""
+    index = folder / "model.safetensors.index.json"
+    if (folder / "model.safetensors").is_file():
+        files = [folder / "model.safetensors"]
+    elif index.is_file():
+        files = [folder / name for name in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+    else:
+        raise CheckpointError(f"{folder}: model.safetensors not found")
+    state: dict[str, torch.Tensor] = {}
+    for weights in files:
+        try:
+            state.update(load_file(str(weights)))
+        except (SafetensorsError, OSError, ValueError) as exc:
+            raise CheckpointError(f"{weights} is corrupt or truncated ({exc})") from exc
+    return state
+
+
+def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu",
+                    attn_implementation: str | None = None) -> LlamaModel:
+    """Load a Hugging Face Llama / Qwen2 / Qwen3 folder (ours or any compatible one) into the lab's
+    model, in float32. `attn_implementation` ("eager" / "sdpa") overrides the saved choice."""
     folder = Path(folder)
     config = config_from_hf(read_config(folder))
-    weights = folder / "model.safetensors"
-    if not weights.is_file():
-        raise CheckpointError(f"{folder}: model.safetensors not found")
-    try:
-        state = load_file(str(weights))
-    except (SafetensorsError, OSError, ValueError) as exc:
-        raise CheckpointError(f"{weights} is corrupt or truncated ({exc})") from exc
+    if attn_implementation is not None:
+        config = ModelConfig.from_dict({**config.to_dict(), "attn_implementation": attn_implementation})
+    state = _load_weights(folder)
     config.value_head = False
     model = LlamaModel(config)
-    _load_lm_state_dict(model, state, str(weights))
+    _load_lm_state_dict(model, state, str(folder))
     value_file = folder / "value_head.safetensors"
     if value_file.is_file():
         model.add_value_head()

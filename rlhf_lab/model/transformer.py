@@ -5,7 +5,8 @@
 
 Parameter names are Hugging Face's (`model.layers.0.self_attn.q_proj.weight`, ...), so a state
 dict moves between this model and `transformers.LlamaForCausalLM` unchanged (see `hf.py`), and
-the parity tests can demand equal logits to 1e-5.
+the parity tests can demand equal logits to 1e-5. The Qwen2 / Qwen3 families are the same decoder
+with a few switches (biases, Qwen3's per-head q/k norm; see config.py), so they load too.
 
 Shapes: B batch, T new tokens in this call, S = past + T keys, H query heads, K key/value heads,
 D head_dim, C hidden size, V vocabulary.
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .config import ModelConfig
 from .kv_cache import KVCache
@@ -52,11 +54,16 @@ class Attention(nn.Module):
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
         self.interleaved = config.rope_interleaved
+        self.implementation = config.attn_implementation
         C, H, K, D = config.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim
-        self.q_proj = nn.Linear(C, H * D, bias=False)
-        self.k_proj = nn.Linear(C, K * D, bias=False)
-        self.v_proj = nn.Linear(C, K * D, bias=False)
-        self.o_proj = nn.Linear(H * D, C, bias=False)
+        self.q_proj = nn.Linear(C, H * D, bias=config.qkv_bias)
+        self.k_proj = nn.Linear(C, K * D, bias=config.qkv_bias)
+        self.v_proj = nn.Linear(C, K * D, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(H * D, C, bias=config.o_proj_bias)
+        # Qwen3: RMSNorm over each head's D dims of q and k. It bounds the scale of q.k, which keeps
+        # attention logits from growing without bound in training (Qwen3 report, arXiv 2505.09388).
+        self.q_norm = RMSNorm(D, config.rms_norm_eps) if config.qk_norm else None
+        self.k_norm = RMSNorm(D, config.rms_norm_eps) if config.qk_norm else None
 
     def forward(
         self,
@@ -67,15 +74,23 @@ class Attention(nn.Module):
         cache: KVCache | None,
     ) -> torch.Tensor:
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
-        k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, K, T, D)
+        q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim)  # (B, T, H, D)
+        k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim)  # (B, T, K, D)
+        if self.q_norm is not None:  # Qwen3: normalise each head before RoPE rotates it
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, T, D), (B, K, T, D)
         v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, K, T, D)
         q = apply_rope(q, cos, sin, interleaved=self.interleaved)
         k = apply_rope(k, cos, sin, interleaved=self.interleaved)
         if cache is not None:
             # The cache stores keys AFTER RoPE and BEFORE the GQA repeat, as transformers does.
             k, v = cache.update(self.layer_idx, k, v)  # (B, K, S, D)
-        out = grouped_attention(q, k, v, mask)  # (B, H, T, D)
+        if self.implementation == "sdpa":
+            # The same softmax(q k^T / sqrt(D) + mask) v in one fused kernel (flash / memory-efficient on a
+            # GPU: the (T, S) score matrix is never stored). Boolean mask: True = may attend.
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)  # (B, H, T, D)
+        else:
+            out = grouped_attention(q, k, v, mask)  # (B, H, T, D)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim))
 
 
@@ -102,9 +117,10 @@ class MLP(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        bias = config.mlp_bias
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=bias)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -189,6 +205,7 @@ class LlamaModel(nn.Module):
             config.head_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings
         )
         self.value_head = nn.Linear(config.hidden_size, 1) if config.value_head else None
+        self.gradient_checkpointing = False
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -196,6 +213,8 @@ class LlamaModel(nn.Module):
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.normal_(module.weight, mean=0.0, std=std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=std)
             elif isinstance(module, RMSNorm):
@@ -212,6 +231,11 @@ class LlamaModel(nn.Module):
             nn.init.zeros_(self.value_head.weight)
             nn.init.zeros_(self.value_head.bias)
             self.config.value_head = True
+
+    def gradient_checkpointing_enable(self, enabled: bool = True) -> None:
+        """Recompute each layer's activations in the backward pass instead of storing them: activation
+        memory drops from ~L layers' worth to ~1, for about one extra forward of compute."""
+        self.gradient_checkpointing = bool(enabled)
 
     @property
     def device(self) -> torch.device:
@@ -239,10 +263,17 @@ class LlamaModel(nn.Module):
         cos, sin = self.rotary_emb(position_ids)  # float32 (B, T, D/2)
         mask = build_attention_mask(attention_mask, T, past_len, input_ids.device)
         x = self.model.embed_tokens(input_ids)
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled() and cache is None
         for layer in self.model.layers:
-            x = layer(x, cos, sin, mask, cache)
+            if recompute:
+                x = checkpoint(layer, x, cos, sin, mask, None, use_reentrant=False)
+            else:
+                x = layer(x, cos, sin, mask, cache)
         h = self.model.norm(x)
         kept = h[:, -num_logits_to_keep:] if num_logits_to_keep else h
-        logits = self.lm_head(kept).float()
+        # Logits in float32 even under bf16 autocast or with bf16 weights: log-probs and the PPO/GRPO
+        # ratio exp(log pi - log pi_old) are differences of nearly equal numbers, and bf16 keeps 8 bits.
+        with torch.autocast(device_type=kept.device.type, enabled=False):
+            logits = F.linear(kept.float(), self.lm_head.weight.float())
         values = self.value_head(h).squeeze(-1).float() if self.value_head is not None else None
         return ModelOutput(logits=logits, cache=cache, values=values, hidden_states=h)
