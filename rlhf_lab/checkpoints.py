@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from .device import pick_device
+from .hf_tokenizer import HFTokenizer, is_char_tokenizer
 from .model.hf import CheckpointError, from_pretrained, read_config
 from .tokenizer import CharTokenizer
 from .tokenizer import default_tokenizer as _default_tokenizer
@@ -52,8 +53,9 @@ def load_checkpoint(name: str | os.PathLike, device: str | torch.device = "cpu",
     """Load a shipped checkpoint (by name) or any checkpoint folder.
 
     `device`: "cpu" (default), "cuda", "mps" or "auto". Returns (model, tokenizer, metadata): the
-    lab's `LlamaModel` in eval mode, its `CharTokenizer` (read from the folder's tokenizer.json),
-    and the dict saved under config.json["rlhf_lab"] (accuracy, accuracy_band, steps, sft settings...).
+    lab's `LlamaModel` in eval mode, its tokenizer (the lab's `CharTokenizer` when the folder's
+    tokenizer.json is one, else the checkpoint's own through `HFTokenizer`, e.g. a Qwen3 folder), and
+    the dict saved under config.json["rlhf_lab"] (accuracy, accuracy_band, steps, sft settings...).
 
     A folder without tokenizer.json raises CheckpointError: its model was trained with some
     tokenizer, and guessing it would give silently wrong ids. `default_tokenizer=True` accepts
@@ -62,8 +64,12 @@ def load_checkpoint(name: str | os.PathLike, device: str | torch.device = "cpu",
     """
     folder = checkpoint_folder(name)
     model = from_pretrained(folder, device=pick_device(device))  # first: "not a checkpoint" beats "no tokenizer"
-    if (folder / "tokenizer.json").is_file():
+    if is_char_tokenizer(folder):
         tokenizer = CharTokenizer.load(folder)
+    elif (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file():
+        tokenizer = HFTokenizer.from_pretrained(folder)
+        # Generation stops at the tokenizer's end of completion (a chat model's end-of-turn token).
+        model.config.eos_token_id, model.config.pad_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id
     elif default_tokenizer:
         tokenizer = _default_tokenizer()
     else:

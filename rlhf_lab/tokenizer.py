@@ -113,14 +113,7 @@ class CharTokenizer:
 
     def decode_until_eos(self, ids) -> tuple[str, bool]:
         """Text up to (not including) the first EOS, and whether an EOS was found. Padding is skipped."""
-        if isinstance(ids, torch.Tensor):
-            ids = ids.tolist()
-        kept = []
-        for i in ids:
-            if i == self.eos_token_id:
-                return self.decode(kept), True
-            kept.append(i)
-        return self.decode(kept), False
+        return decode_until_eos(self, ids)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write tokenizer.json (the `tokenizers` format; the vocabulary order encodes CHARS)."""
@@ -153,6 +146,20 @@ class CharTokenizer:
 
         kwargs = {k: v for k, v in HF_TOKENIZER_CONFIG.items() if k != "tokenizer_class"}
         return PreTrainedTokenizerFast(tokenizer_object=self.backend, **kwargs)
+
+
+def decode_until_eos(tokenizer, ids) -> tuple[str, bool]:
+    """Text of `ids` up to (not including) the first `tokenizer.eos_token_id`, and whether one was found.
+
+    Shared by every tokenizer with the lab's interface (CharTokenizer, HFTokenizer)."""
+    if isinstance(ids, torch.Tensor):
+        ids = ids.tolist()
+    kept = []
+    for i in ids:
+        if i == tokenizer.eos_token_id:
+            return tokenizer.decode(kept), True
+        kept.append(i)
+    return tokenizer.decode(kept), False
 
 
 def default_tokenizer() -> CharTokenizer:
