@@ -7,7 +7,9 @@
     task.reward("047+085=", "231", "231", finished=True)  # -> 1.0
 
 Registered tasks (`TASKS`): "addition", "addition_cot" (carry scratchpad, then the answer),
-"addition_answer_first" (answer, then the scratchpad), "sort" (sort digits, graded reward).
+"addition_answer_first" (answer, then the scratchpad), "sort" (sort digits, graded reward), and two
+reasoning tasks in think/answer form for real tokenizers: "countdown" (TinyZero's numbers game) and
+"word_problems" (GSM8K-style templates); their rewards are in `reasoning.py`.
 Formats are described in `formats.py`, the reward contract in `rewards.py`, the files in `jsonl.py`.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from rlhf_lab.tasks.addition import AdditionTask
 from rlhf_lab.tasks.base import Example, Task
+from rlhf_lab.tasks.countdown import CountdownTask
 from rlhf_lab.tasks.formats import ANSWER_FORMATS, TASK_CHARS, extract_answer, is_well_formed
 from rlhf_lab.tasks.jsonl import DEFAULT_DATASETS, load_jsonl, write_datasets, write_jsonl
 from rlhf_lab.tasks.registry import TASKS, get_task
@@ -30,7 +33,16 @@ from rlhf_lab.tasks.rewards import (
     score_batch,
     steps_reward,
 )
+from rlhf_lab.tasks.reasoning import (
+    ThinkAnswerTask,
+    countdown_answer_reward,
+    extract_tagged_answer,
+    is_think_answer,
+    number_answer_reward,
+    think_answer_format_reward,
+)
 from rlhf_lab.tasks.sorting import SortTask
+from rlhf_lab.tasks.word_problems import WordProblemTask
 
 __all__ = [
     "ANSWER_FORMATS",
@@ -39,6 +51,14 @@ __all__ = [
     "TASKS",
     "TASK_CHARS",
     "AdditionTask",
+    "CountdownTask",
+    "ThinkAnswerTask",
+    "WordProblemTask",
+    "countdown_answer_reward",
+    "extract_tagged_answer",
+    "is_think_answer",
+    "number_answer_reward",
+    "think_answer_format_reward",
     "Example",
     "RewardFn",
     "SortTask",

@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
-from rlhf_lab.tasks.formats import PLAIN, extract_answer
+from rlhf_lab.tasks.formats import PLAIN, TASK_CHARS, extract_answer
 from rlhf_lab.tasks.rewards import RewardFn, WeightedReward
 from rlhf_lab.validation import check_number
 
@@ -63,6 +63,9 @@ class Task(ABC):
 
     answer_format: ClassVar[str] = PLAIN
     default_reward: ClassVar[dict[str, float]] = {"correct": 1.0}
+    chars: ClassVar[str | None] = TASK_CHARS  # every character the task writes; None: free text (BPE tokenizer)
+    rewards: ClassVar[dict | None] = None  # the task's own named rewards; None: rewards.REWARDS
+    accuracy_reward: ClassVar[str] = "correct"  # the reward whose 0/1 value is the accuracy
 
     @property
     @abstractmethod
@@ -127,7 +130,8 @@ class Task(ABC):
 
     def reward_fn(self, weights: dict[str, float] | None = None) -> RewardFn:
         """A reward function with this task's answer format bound; `weights=None` uses `default_reward`."""
-        return WeightedReward(self.default_reward if weights is None else weights, self.answer_format)
+        return WeightedReward(self.default_reward if weights is None else weights, self.answer_format,
+                              rewards=self.rewards)
 
     def reward(self, prompt: str, completion: str, reference: str, finished: bool = True) -> float:
         """The task's default RL reward (see `default_reward`); same contract as rewards.py."""
@@ -135,4 +139,4 @@ class Task(ABC):
 
     def score(self, prompt: str, completion: str, reference: str, finished: bool = True) -> float:
         """Exact-match accuracy, 1.0 or 0.0: the evaluation metric, whatever the RL reward is."""
-        return self.reward_fn({"correct": 1.0})(prompt, completion, reference, finished)
+        return self.reward_fn({self.accuracy_reward: 1.0})(prompt, completion, reference, finished)

@@ -9,7 +9,9 @@ from typing import Any
 from rlhf_lab.tasks.addition import TASK_NAMES as ADDITION_TASK_NAMES
 from rlhf_lab.tasks.addition import AdditionTask
 from rlhf_lab.tasks.base import Task
+from rlhf_lab.tasks.countdown import CountdownTask
 from rlhf_lab.tasks.sorting import SortTask
+from rlhf_lab.tasks.word_problems import WordProblemTask
 from rlhf_lab.validation import check_choice
 
 # name -> (class, parameters the name fixes). The three addition names ("addition", "addition_cot",
@@ -19,6 +21,8 @@ TASKS: dict[str, tuple[type[Task], dict[str, Any]]] = {
     **{name: (AdditionTask, {"answer_format": answer_format})
        for answer_format, name in ADDITION_TASK_NAMES.items()},
     "sort": (SortTask, {}),
+    "countdown": (CountdownTask, {}),  # think/answer tasks: free text, for a BPE tokenizer (hf_tokenizer.py)
+    "word_problems": (WordProblemTask, {}),
 }
 
 

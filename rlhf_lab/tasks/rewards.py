@@ -151,15 +151,23 @@ class WeightedReward:
 
     Call it like any reward function; `breakdown` returns the unweighted parts, to log
     the mean of each reward separately (as TRL does per reward function).
+
+    `rewards`: the named reward functions to draw from (default: this module's REWARDS, which take
+    `answer_format`); a task with its own rules (the think/answer tasks) passes its own mapping of
+    plain `(prompt, completion, reference, finished)` functions, and `answer_format` is then a label.
     """
 
-    def __init__(self, weights: Mapping[str, float], answer_format: str = AUTO):
+    def __init__(self, weights: Mapping[str, float], answer_format: str = AUTO,
+                 rewards: Mapping[str, RewardFn] | None = None):
         if not weights:
             raise ValueError("weights must name at least one reward, got an empty mapping")
+        self.rewards = dict(REWARDS if rewards is None else rewards)
         for name, weight in weights.items():
-            check_choice("weights key", name, tuple(REWARDS))
+            check_choice("weights key", name, tuple(self.rewards))
             check_number(f"weights[{name!r}]", weight)  # any finite number: a negative weight is a penalty
-        check_answer_format(answer_format, allow_auto=True)
+        if rewards is None:
+            check_answer_format(answer_format, allow_auto=True)
+            self.rewards = {name: partial(fn, answer_format=answer_format) for name, fn in self.rewards.items()}
         self.weights = {name: float(weight) for name, weight in weights.items()}
         self.answer_format = answer_format
 
@@ -167,10 +175,7 @@ class WeightedReward:
         self, prompt: str, completion: str, reference: str, finished: bool = True
     ) -> dict[str, float]:
         """Each component's unweighted value, keyed by reward name."""
-        return {
-            name: REWARDS[name](prompt, completion, reference, finished, answer_format=self.answer_format)
-            for name in self.weights
-        }
+        return {name: self.rewards[name](prompt, completion, reference, finished) for name in self.weights}
 
     def __call__(self, prompt: str, completion: str, reference: str, finished: bool = True) -> float:
         parts = self.breakdown(prompt, completion, reference, finished)
