@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ..validation import check_choice
 from .config import ModelConfig
 from .kv_cache import KVCache
 from .rope import RotaryEmbedding, apply_rope
@@ -231,6 +232,15 @@ class LlamaModel(nn.Module):
             nn.init.zeros_(self.value_head.weight)
             nn.init.zeros_(self.value_head.bias)
             self.config.value_head = True
+
+    def set_attn_implementation(self, name: str) -> None:
+        """Switch every layer to "eager" (the written-out softmax) or "sdpa" (torch's fused kernel)."""
+        from .config import ATTN_IMPLEMENTATIONS
+
+        check_choice("attn_implementation", name, ATTN_IMPLEMENTATIONS)
+        self.config.attn_implementation = name
+        for layer in self.model.layers:
+            layer.self_attn.implementation = name
 
     def gradient_checkpointing_enable(self, enabled: bool = True) -> None:
         """Recompute each layer's activations in the backward pass instead of storing them: activation

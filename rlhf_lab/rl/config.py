@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..tasks.jsonl import SPLIT_N_TRAIN
-from ..validation import check_bool, check_choice, check_number
+from ..validation import check_bool, check_choice, check_number, check_optional
 
 
 @dataclass
@@ -50,6 +50,13 @@ class RLConfig:
     seed: int = 0
     device: str = "cpu"
     keep_distributions: bool = True  # per-step advantages / ratios for the live plots
+    # --- the step engine (what a real model on a GPU needs; the same code runs on the CPU)
+    bf16: bool | None = None  # bf16 autocast (log-probs stay fp32); None: on CUDA when supported; True: also on CPU
+    attn_implementation: str | None = None  # "eager" / "sdpa"; None: the model's own setting
+    gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~1 more forward
+    lora_r: int = 0  # > 0: train LoRA adapters of this rank (peft) instead of every weight
+    lora_alpha: float = 32.0  # LoRA scale alpha / r
+    offload_reference: bool = False  # keep the reference model on the CPU, on the device only for its forward
 
     def __post_init__(self) -> None:
         from ..tasks import TASKS
@@ -67,6 +74,12 @@ class RLConfig:
         check_number("weight_decay", self.weight_decay, low=0)
         check_number("max_grad_norm", self.max_grad_norm, low=0, low_open=True)
         check_bool("keep_distributions", self.keep_distributions)
+        check_optional(check_bool, "bf16", self.bf16)
+        check_optional(check_choice, "attn_implementation", self.attn_implementation, ("eager", "sdpa"))
+        for name in ("gradient_checkpointing", "offload_reference"):
+            check_bool(name, getattr(self, name))
+        check_number("lora_r", self.lora_r, low=0, integer=True)
+        check_number("lora_alpha", self.lora_alpha, low=0, low_open=True)
         check_number("epsilon", self.epsilon, low=0, high=1, high_open=True)
         if self.epsilon_high is not None:
             check_number("epsilon_high", self.epsilon_high, low=0)

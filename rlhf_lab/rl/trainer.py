@@ -17,6 +17,11 @@ The loop knows the algorithm only through its hooks (algorithm.py): `make_critic
 `shape_rollout`, `needs_old_logprobs`, `compute_advantages`, `loss`, `after_step`, `kl_coefficient`
 and `state_dict`. It never names one.
 
+The step engine (config: bf16, attn_implementation, gradient_checkpointing, lora_r, offload_reference)
+is what a real model on a GPU needs; it is the same code on the CPU, where CI tests it. With LoRA
+the reference policy is the frozen base (the policy with its adapters off): no second copy.
+`memory_bytes()` says what is held.
+
 Faults: each step is atomic. A non-finite loss, gradient or weight, or a KeyboardInterrupt (Stop in
 Jupyter), restores the weights, optimiser, algorithm and RNG states from before the step, keeps
 every completed row of `history`, and returns; call `train()` again to continue.
@@ -36,6 +41,7 @@ import torch
 
 from ..callbacks import Callback, NonFiniteLossError
 from ..device import autocast, pick_device
+from ..model.lora import adapters_disabled, add_lora, merged_model
 from ..evaluate import completion_budget, greedy_accuracy
 from ..loop import TrainingLoop, clone_state, optimizer_snapshot, restore_optimizer
 from ..sampling import SamplingConfig
@@ -103,8 +109,17 @@ class Trainer(TrainingLoop):
         if tokenizer is None:
             raise ValueError("tokenizer is required when a model is passed")
         self.tokenizer = tokenizer
+        if config.attn_implementation is not None:
+            model.set_attn_implementation(config.attn_implementation)
+        model.gradient_checkpointing_enable(config.gradient_checkpointing)
         self.policy = model.to(self.device)
-        self.ref_model = copy.deepcopy(self.policy).eval().requires_grad_(False)
+        if config.lora_r:  # the reference is the base itself: the policy with its adapters disabled
+            self.policy = add_lora(self.policy, config.lora_r, config.lora_alpha)
+            self.ref_model = None
+        else:
+            self.ref_model = copy.deepcopy(self.policy).eval().requires_grad_(False)
+            if config.offload_reference:
+                self.ref_model.to("cpu")
         self.critic = self.algorithm.make_critic(self.policy)  # None, the policy itself, or its own model
         self.optimizer = torch.optim.AdamW(self.trainable_parameters(), lr=config.learning_rate,
                                            weight_decay=config.weight_decay, betas=(0.9, 0.99))
@@ -143,11 +158,16 @@ class Trainer(TrainingLoop):
         return frame[ordered + [c for c in frame.columns if c not in ordered]]
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
-        """The policy's parameters, then a separate critic's (a shared value head is the policy's)."""
-        params = list(self.policy.parameters())
+        """The policy's trainable parameters (LoRA: the adapters only), then a separate critic's (a
+        shared value head is the policy's)."""
+        params = [p for p in self.policy.parameters() if p.requires_grad]
         if self.critic is not None and self.critic is not self.policy:
             params += list(self.critic.parameters())
         return params
+
+    def autocast(self):
+        """bf16 autocast when config.bf16 asks for it (None: on CUDA when supported); log-probs stay fp32."""
+        return autocast(self.device, self.config.bf16)
 
     def evaluate(self, examples=None) -> float:
         """Held-out greedy exact-match accuracy."""
@@ -155,13 +175,30 @@ class Trainer(TrainingLoop):
                                max_new_tokens=self.max_completion_length)
 
     def memory_bytes(self) -> dict:
-        """Parameter and optimiser-state bytes of every model this trainer holds."""
+        """Bytes held: parameters of every model (the reference is 0 with LoRA, where it is the
+        policy's own base weights), gradients of the trainable ones and the optimiser's states."""
         models = {"policy": self.policy, "reference": self.ref_model}
         if self.critic is not None and self.critic is not self.policy:
             models["critic"] = self.critic
-        out = {f"params_{name}": model_bytes(m) for name, m in models.items()}
+        out = {f"params_{name}": model_bytes(m) if m is not None else 0 for name, m in models.items()}
+        out["gradients"] = sum(p.grad.numel() * p.grad.element_size() for p in self.trainable_parameters()
+                               if p.grad is not None)
         out["optimizer"] = optimizer_bytes(self.optimizer)
         return out
+
+    def reference_logprobs(self, rollout: Rollout) -> torch.Tensor:
+        """(N, T) log pi_ref of the rollout's tokens: the frozen copy (moved to the device for this
+        forward when off-loaded), or with LoRA the policy with its adapters disabled."""
+        T = self.config.temperature
+        if self.ref_model is None:
+            with adapters_disabled(self.policy):
+                return policy_forward(self.policy, rollout, T).logprobs
+        if not self.config.offload_reference:
+            return policy_forward(self.ref_model, rollout, T).logprobs
+        try:
+            return policy_forward(self.ref_model.to(self.device), rollout, T).logprobs
+        finally:
+            self.ref_model.to("cpu")
 
     def save(self, folder: str | Path) -> Path:
         """The policy as a Hugging Face folder (atomic) plus history.csv beside it."""
@@ -170,7 +207,8 @@ class Trainer(TrainingLoop):
         last_eval = self.history["eval_accuracy"].dropna()
         meta = {"algo": self.config.algo, "step": self.step,
                 "eval_accuracy": float(last_eval.iloc[-1]) if len(last_eval) else None}
-        folder = save_pretrained(self.policy, folder, tokenizer=self.tokenizer, metadata=meta)
+        # LoRA: the merged weights W + (alpha / r) B A, an ordinary checkpoint any loader reads.
+        folder = save_pretrained(merged_model(self.policy), folder, tokenizer=self.tokenizer, metadata=meta)
         self.history.to_csv(folder / "history.csv", index=False)
         return folder
 
@@ -184,10 +222,11 @@ class Trainer(TrainingLoop):
         algorithm asks for it, and the critic's V_old."""
         self.policy.eval()
         try:
-            rollout = self.algorithm.shape_rollout(self.sampler(self.config.prompts_per_step), self.sampler)
+            with self.autocast():
+                rollout = self.algorithm.shape_rollout(self.sampler(self.config.prompts_per_step), self.sampler)
             T = self.config.temperature
-            with autocast(self.device):
-                rollout.ref_logprobs = policy_forward(self.ref_model, rollout, T).logprobs
+            with self.autocast():
+                rollout.ref_logprobs = self.reference_logprobs(rollout)
                 if self.algorithm.needs_old_logprobs or self.critic is self.policy:
                     old = policy_forward(self.policy, rollout, T, with_values=self.critic is self.policy)
                     if self.algorithm.needs_old_logprobs:
@@ -202,7 +241,7 @@ class Trainer(TrainingLoop):
     def policy_outputs(self, minibatch: Rollout, with_entropy: bool = False) -> PolicyOutput:
         """Log pi(token) under the weights being trained (with gradient), and V(s_t) from the critic."""
         T, shared = self.config.temperature, self.critic is self.policy
-        with autocast(self.device):
+        with self.autocast():
             out = policy_forward(self.policy, minibatch, T, with_entropy=with_entropy, with_values=shared)
             if self.critic is not None and not shared:
                 out.values = policy_forward(self.critic, minibatch, T, with_values=True).values
@@ -307,6 +346,9 @@ class Trainer(TrainingLoop):
         t0 = time.perf_counter()
         rollout = self.collect_rollout()
         t1 = time.perf_counter()
+        held_before_update = torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else 0
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
         self.algorithm.compute_advantages(rollout)
         if not torch.isfinite(rollout.advantages).all():
             bad = int((~torch.isfinite(rollout.rewards)).sum())
@@ -343,6 +385,10 @@ class Trainer(TrainingLoop):
         metrics["mem_params_bytes"] = sum(v for k, v in memory.items() if k.startswith("params_"))
         metrics["mem_optimizer_bytes"] = memory["optimizer"]
         metrics["mem_peak_bytes"] = peak_memory_bytes(self.device)
+        # What the update added on top of what was already held: activations kept for backward, gradients,
+        # optimiser scratch. Measured by CUDA's allocator; the CPU has no such counter (NaN).
+        metrics["mem_update_peak_bytes"] = (peak_memory_bytes(self.device) - held_before_update
+                                            if self.device.type == "cuda" else float("nan"))
         self.algorithm.after_step(metrics)
         metrics["kl_coef"] = self.algorithm.kl_coefficient  # after the hook: an adaptive weight has moved
         distributions = None
