@@ -96,6 +96,9 @@ def _add_rl_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto")
     parser.add_argument("--init", default=None, help="checkpoint name or folder (default: addition_rl_start)")
+    parser.add_argument("--model", default=None, metavar="FOLDER",
+                        help="a local Hugging Face folder (Llama, Qwen2/2.5, Qwen3) to train, with its own tokenizer")
+    parser.add_argument("--task", default=None, help="task name, e.g. countdown or word_problems (default: addition)")
     parser.add_argument("--eval-every", type=int, default=None)
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="any config field, e.g. --set learning_rate=1e-4 --set loss_type=dr_grpo")
@@ -110,8 +113,12 @@ def _rl_overrides(args: argparse.Namespace) -> dict:
         overrides["steps"] = 1_000_000  # the clock decides
     if args.steps is not None:
         overrides["steps"] = args.steps
-    if args.init:
-        overrides["init_checkpoint"] = args.init
+    if args.init and args.model:
+        raise ValueError("give --init (a lab checkpoint) or --model (a Hugging Face folder), not both")
+    if args.init or args.model:
+        overrides["init_checkpoint"] = args.init or args.model
+    if args.task:
+        overrides["task"], overrides["task_params"] = args.task, {}  # the task's defaults; --set task_params=...
     if args.eval_every is not None:
         overrides["eval_every"] = args.eval_every
     for item in args.set:

@@ -41,7 +41,7 @@ class CountdownTask(ThinkAnswerTask):
     """Reach a target from `num_numbers` numbers in [1, max_number]."""
 
     num_numbers: int = 3
-    max_number: int = 20
+    max_number: int = 50
     max_target: int = 100
 
     rewards: ClassVar[dict] = {"answer": countdown_answer_reward, "format": think_answer_format_reward}
