@@ -186,6 +186,18 @@ class Trainer(TrainingLoop):
         out["optimizer"] = optimizer_bytes(self.optimizer)
         return out
 
+    def reward_parts(self, rollout: Rollout) -> dict:
+        """Mean of each named reward over the rollout, {"reward_answer": ..., "reward_format": ...}, for
+        tasks that bring their own rewards (the think/answer tasks; TRL logs rewards/<name>/mean the same
+        way): the format-reward rate is what tells a model that learned the shape from one that learned
+        the answer. Empty for other tasks or a custom reward function."""
+        breakdown = getattr(self.reward_fn, "breakdown", None)
+        if self.task.rewards is None or breakdown is None or rollout.examples is None:
+            return {}
+        decoded = [self.tokenizer.decode_until_eos(row) for row in rollout.completion_ids.tolist()]
+        parts = [breakdown(e.prompt, text, e.answer, done) for e, (text, done) in zip(rollout.examples, decoded)]
+        return {f"reward_{name}": sum(p[name] for p in parts) / len(parts) for name in parts[0]}
+
     def reference_logprobs(self, rollout: Rollout) -> torch.Tensor:
         """(N, T) log pi_ref of the rollout's tokens: the frozen copy (moved to the device for this
         forward when off-loaded), or with LoRA the policy with its adapters disabled."""
@@ -369,6 +381,7 @@ class Trainer(TrainingLoop):
             "step": step, "wall_time": self.train_time, "step_time": t2 - t0, "rollout_time": t1 - t0,
             "update_time": t2 - t1,
             **reward_stats(rollout.rewards, rollout.num_generations),
+            **self.reward_parts(rollout),
             "accuracy": rollout.correct.float().mean().item(),
             "eval_accuracy": float("nan"),
             **stats.metrics(),
