@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny model on the CPU (checks the script, measures nothing)")
     args = parser.parse_args(argv)
 
-    from rlhf_lab.device import autocast, describe
+    from rlhf_lab.device import describe
     from rlhf_lab.model import LlamaModel, to_hf
     from rlhf_lab.rl import make_config
     from rlhf_lab.rl.trainer import Trainer
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
 
     hf_times = timed(hf_generate, device, args.repeats)
     rows.append(("transformers generate (SDPA, bf16 weights)", statistics.median(hf_times), peak_gib(device)))
-    del hf
+    hf.to("cpu")  # free the GPU for the RL step
     lines += [f"## Generation: batch {args.batch}, prompt {args.prompt_len}, {args.new_tokens} new tokens, greedy",
               "", "| implementation | median s | tokens/s | peak GiB |", "|---|---|---|---|"]
     lines += [f"| {name} | {t:.3f} | {tokens / t:,.0f} | {peak:.2f} |" for name, t, peak in rows]

@@ -15,7 +15,15 @@ import pytest
 import torch
 from test_checkpoints import SIGMAS, parity_tolerance
 
-from rlhf_lab.model import CheckpointError, LlamaModel, ModelConfig, config_from_hf, from_hf, from_pretrained, to_hf
+from rlhf_lab.model import (
+    CheckpointError,
+    LlamaModel,
+    ModelConfig,
+    config_from_hf,
+    from_hf,
+    from_pretrained,
+    to_hf,
+)
 from rlhf_lab.model.hf import save_pretrained
 from rlhf_lab.sampling import SamplingConfig, generate
 

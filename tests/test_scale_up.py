@@ -3,7 +3,6 @@ bf16, reference off-loading), memory accounting, and `train --model FOLDER --tas
 
 from __future__ import annotations
 
-import copy
 import math
 
 import pytest

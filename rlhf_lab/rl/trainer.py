@@ -41,9 +41,9 @@ import torch
 
 from ..callbacks import Callback, NonFiniteLossError
 from ..device import autocast, pick_device
-from ..model.lora import adapters_disabled, add_lora, merged_model
 from ..evaluate import completion_budget, greedy_accuracy
 from ..loop import TrainingLoop, clone_state, optimizer_snapshot, restore_optimizer
+from ..model.lora import adapters_disabled, add_lora, merged_model
 from ..sampling import SamplingConfig
 from ..schedule import learning_rate_at
 from ..tasks import get_task

@@ -20,6 +20,14 @@ from rlhf_lab.tasks.base import Example, Task
 from rlhf_lab.tasks.countdown import CountdownTask
 from rlhf_lab.tasks.formats import ANSWER_FORMATS, TASK_CHARS, extract_answer, is_well_formed
 from rlhf_lab.tasks.jsonl import DEFAULT_DATASETS, load_jsonl, write_datasets, write_jsonl
+from rlhf_lab.tasks.reasoning import (
+    ThinkAnswerTask,
+    countdown_answer_reward,
+    extract_tagged_answer,
+    is_think_answer,
+    number_answer_reward,
+    think_answer_format_reward,
+)
 from rlhf_lab.tasks.registry import TASKS, get_task
 from rlhf_lab.tasks.rewards import (
     REWARDS,
@@ -32,14 +40,6 @@ from rlhf_lab.tasks.rewards import (
     partial_credit_reward,
     score_batch,
     steps_reward,
-)
-from rlhf_lab.tasks.reasoning import (
-    ThinkAnswerTask,
-    countdown_answer_reward,
-    extract_tagged_answer,
-    is_think_answer,
-    number_answer_reward,
-    think_answer_format_reward,
 )
 from rlhf_lab.tasks.sorting import SortTask
 from rlhf_lab.tasks.word_problems import WordProblemTask

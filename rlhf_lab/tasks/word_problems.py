@@ -91,10 +91,12 @@ class WordProblemTask(ThinkAnswerTask):
         return sizes
 
     def _example(self, index: int, extra: int) -> Example:
-        for template, size in zip(TEMPLATES, self._space(extra)):
+        number = 0
+        for size in self._space(extra):  # which template: subtract the earlier templates' counts
             if index < size:
                 break
-            index -= size
+            index, number = index - size, number + 1
+        template = TEMPLATES[number]
         question, solve = template[0], template[1]
         index, name = divmod(index, len(NAMES))
         values = []
