@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     lab_times = timed(lambda: generate(model, prompts, sampling, cache="static", stop_at_eos=False), device, args.repeats)
     rows.append(("lab generate (static cache, SDPA, bf16 autocast)", statistics.median(lab_times), peak_gib(device)))
     hf = to_hf(model).to(device)
-    hf.config._attn_implementation = "sdpa"
+    hf.set_attn_implementation("sdpa")
     hf = hf.to(torch.bfloat16 if device.type == "cuda" else torch.float32)
     hf.generation_config.eos_token_id = None
     if device.type == "cuda":

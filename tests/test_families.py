@@ -56,9 +56,8 @@ def build_hf(class_name: str, kwargs: dict, seed: int = 0):
     order 1, not the near-zero ones of the 0.02 default), random norm gains and biases (a q_norm
     left out or a bias dropped changes the logits by far more than the tolerance)."""
     config = getattr(transformers, class_name)(**COMMON, **kwargs)
-    config._attn_implementation = "eager"
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config).float().eval()
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").float().eval()
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
