@@ -31,10 +31,16 @@ def test_reference_matches_the_spec_vectors(exercise):
         if isinstance(case.expected, float) and math.isnan(case.expected):
             assert math.isnan(float(got)), case.name
             continue
-        expected = torch.as_tensor(case.expected, dtype=torch.float64)
-        got = torch.as_tensor(got, dtype=torch.float64)
+        expected, got = flat(case.expected), flat(got)
         # spec values are quoted rounded (4-5 decimals): compare at the precision quoted
         assert torch.allclose(got, expected, rtol=0, atol=case.spec_tolerance), (case.name, got, expected)
+
+
+def flat(value) -> torch.Tensor:
+    """Nested tuples/lists of numbers and tensors -> one float64 vector."""
+    if isinstance(value, (tuple, list)) and value and isinstance(value[0], (tuple, list, torch.Tensor)):
+        return torch.cat([flat(v) for v in value])
+    return torch.as_tensor(value, dtype=torch.float64).flatten()
 
 
 @pytest.mark.parametrize("exercise,mistake", MISTAKES, ids=lambda x: getattr(x, "name", None))
@@ -112,3 +118,19 @@ def test_helpers_name_the_bad_value():
     with pytest.raises(ValueError, match="difficulty"):
         exercises.Exercise(name="x", title="x", topic="x", difficulty="trivial", minutes=1, signature="",
                            reference=len, make_cases=lambda seed: [])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_backward_reference_matches_autograd(causal):
+    from rlhf_lab.exercises.mechanisms import attention_backward
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v, grad_out = (torch.randn(2, 3, 7, 8, generator=g, dtype=torch.float64) for _ in range(4))
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    scores = leaves[0] @ leaves[1].transpose(-1, -2) / 8**0.5
+    if causal:
+        scores = scores.masked_fill(torch.triu(torch.ones(7, 7, dtype=torch.bool), 1), float("-inf"))
+    (torch.softmax(scores, -1) @ leaves[2]).backward(grad_out)
+    # float64 on both sides: the two differ only by rounding, ~1e-15 relative to gradients of O(1)
+    for by_hand, leaf in zip(attention_backward(q, k, v, grad_out, causal=causal), leaves):
+        assert torch.allclose(by_hand, leaf.grad, rtol=1e-10, atol=1e-12)

@@ -17,11 +17,11 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
-from . import coding, preference
+from . import coding, mechanisms, preference, rl
 from .core import DIFFICULTIES, Case, CheckResult, Exercise, Mistake, values_agree
 
 EXERCISES: dict[str, Exercise] = {
-    exercise.name: exercise for module in (coding, preference) for exercise in module.EXERCISES
+    exercise.name: exercise for module in (rl, mechanisms, preference, coding) for exercise in module.EXERCISES
 }
 
 

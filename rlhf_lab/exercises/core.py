@@ -138,8 +138,8 @@ def values_agree(got: Any, expected: Any, tolerance: float = DEFAULT_TOLERANCE) 
 
     Floats agree when |got - expected| <= tolerance * max(|expected|_max, 1e-3) elementwise: relative
     to the scale of the reference (a loss of 1e3 and one of 1e-2 get the same number of significant
-    digits). nan agrees only with nan at the same place; shapes must match exactly; ints and bools
-    compare exactly.
+    digits). nan and +-inf agree only with the same value at the same place; shapes must match
+    exactly; ints and bools compare exactly.
     """
     if isinstance(expected, torch.Tensor) or isinstance(got, torch.Tensor):
         if not (isinstance(expected, torch.Tensor) and isinstance(got, torch.Tensor)):
@@ -151,10 +151,11 @@ def values_agree(got: Any, expected: Any, tolerance: float = DEFAULT_TOLERANCE) 
         got, expected = got.detach().double().cpu(), expected.detach().double().cpu()
         if not torch.equal(torch.isnan(got), torch.isnan(expected)):
             return False
-        finite = ~torch.isnan(expected)
+        infinite = torch.isinf(expected) | torch.isinf(got)  # -inf = a filtered token: same places, same sign
+        if not torch.equal(got[infinite], expected[infinite]):
+            return False
+        finite = torch.isfinite(expected) & torch.isfinite(got)
         scale = expected[finite].abs().max().item() if finite.any() else 1.0
-        if math.isinf(scale):
-            return bool(torch.equal(got, expected))
         return bool(torch.allclose(got[finite], expected[finite], rtol=0.0, atol=tolerance * max(scale, 1e-3)))
     if isinstance(expected, bool) or isinstance(got, bool):
         return type(got) is type(expected) and got == expected
