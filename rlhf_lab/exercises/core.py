@@ -18,7 +18,6 @@ How a check works (the ARENA pattern, made systematic):
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
