@@ -6,6 +6,7 @@
     exercises.check("group_advantages", my_group_advantages)   # PASS, or FAIL + the likely mistake
     exercises.hint("group_advantages")             # one hint at a time
     exercises.solution("group_advantages")         # the reference's source, when you give up
+    exercises.training.compare_with_reference("gae", my_gae, dict(steps=30))  # your GAE drives PPO
 
 Each checker runs the spec's test vectors and seeded random cases against the reference solution
 (the package's own function wherever it has one) and, on a mismatch, matches your outputs against a
@@ -17,7 +18,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
-from . import coding, mechanisms, preference, rl
+from . import coding, mechanisms, preference, rl, training
 from .core import DIFFICULTIES, Case, CheckResult, Exercise, Mistake, values_agree
 
 EXERCISES: dict[str, Exercise] = {
