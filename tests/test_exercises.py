@@ -134,3 +134,20 @@ def test_attention_backward_reference_matches_autograd(causal):
     # float64 on both sides: the two differ only by rounding, ~1e-15 relative to gradients of O(1)
     for by_hand, leaf in zip(attention_backward(q, k, v, grad_out, causal=causal), leaves):
         assert torch.allclose(by_hand, leaf.grad, rtol=1e-10, atol=1e-12)
+
+
+def test_interview_round_counts_time_and_checks_what_was_written(capsys):
+    now = [100.0]
+    round_ = exercises.interview_round(names=("cohen_kappa", "isqrt_newton"), minutes=20, use_widgets=False,
+                                       clock=lambda: now[0])
+    shown = capsys.readouterr().out
+    assert "def cohen_kappa" in shown and "def isqrt_newton" in shown and "20:00" in shown
+    now[0] += 25 * 60  # 25 minutes later: over time
+    text = round_.finish({"cohen_kappa": exercises.reference("cohen_kappa")})
+    assert "over time" in text and "25:00" in text
+    assert "PASS cohen_kappa" in text and "MISSING isqrt_newton" in text and "Score: 1 of 2" in text
+    drawn = exercises.interview_round(k=2, seed=1, topics=("attention",), use_widgets=False)
+    assert len(drawn.exercises) == 2 and all(e.topic == "attention" for e in drawn.exercises)
+    assert drawn.budget_seconds == 60 * sum(e.minutes for e in drawn.exercises)
+    with pytest.raises(ValueError, match="k must satisfy"):
+        exercises.interview_round(k=99, use_widgets=False)

@@ -7,6 +7,7 @@
     exercises.hint("group_advantages")             # one hint at a time
     exercises.solution("group_advantages")         # the reference's source, when you give up
     exercises.training.compare_with_reference("gae", my_gae, dict(steps=30))  # your GAE drives PPO
+    round_ = exercises.interview_round(k=3)        # a timed round; then round_.finish(globals())
 
 Each checker runs the spec's test vectors and seeded random cases against the reference solution
 (the package's own function wherever it has one) and, on a mismatch, matches your outputs against a
@@ -19,6 +20,7 @@ import inspect
 from collections.abc import Callable
 
 from . import coding, mechanisms, preference, rl, training
+from .interview import InterviewRound, interview_round
 from .core import DIFFICULTIES, Case, CheckResult, Exercise, Mistake, values_agree
 
 EXERCISES: dict[str, Exercise] = {
@@ -77,6 +79,6 @@ def mistakes(name: str) -> tuple[Mistake, ...]:
 
 
 __all__ = [
-    "DIFFICULTIES", "EXERCISES", "Case", "CheckResult", "Exercise", "Mistake", "check", "get", "hint",
-    "list_exercises", "mistakes", "reference", "signature", "solution", "values_agree",
+    "DIFFICULTIES", "EXERCISES", "Case", "CheckResult", "Exercise", "InterviewRound", "Mistake", "check", "get", "hint",
+    "interview_round", "list_exercises", "mistakes", "reference", "signature", "solution", "training", "values_agree",
 ]
