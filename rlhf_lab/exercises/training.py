@@ -133,10 +133,15 @@ def train_with(name: str, function: Callable | None, settings: dict | None = Non
 
 def compare_with_reference(name: str, function: Callable, settings: dict | None = None, **kwargs) -> pd.DataFrame:
     """Two runs from the same start and seed: yours (`function` plugged in) and the package's.
-    Returns both histories stacked, with a column `run` = "yours" | "reference"."""
-    yours = train_with(name, function, settings, **kwargs).history.assign(run="yours")
-    reference = train_with(name, None, settings, **kwargs).history.assign(run="reference")
-    return pd.concat([yours, reference], ignore_index=True)
+    Returns both histories stacked, with a column `run` = "yours" | "reference". If your function
+    breaks the run (raises: a wrong shape, say), that is printed and only the reference run is kept."""
+    runs = []
+    try:
+        runs.append(train_with(name, function, settings, **kwargs).history.assign(run="yours"))
+    except Exception as error:  # the learner's code may fail in any way; the reference run still shows
+        print(f"Training with your {name} stopped: {type(error).__name__}: {error}")
+    runs.append(train_with(name, None, settings, **kwargs).history.assign(run="reference"))
+    return pd.concat(runs, ignore_index=True)
 
 
 def plot_comparison(runs: pd.DataFrame, metrics: tuple[str, ...] = ("reward_mean", "eval_accuracy"),
@@ -153,6 +158,8 @@ def plot_comparison(runs: pd.DataFrame, metrics: tuple[str, ...] = ("reward_mean
     for ax, metric in zip(axes[0], metrics):
         for run, style in (("yours", "-"), ("reference", "--")):
             rows = runs[(runs["run"] == run) & runs[metric].notna()]
+            if rows.empty:
+                continue
             ax.plot(rows["step"], rows[metric], linestyle=style, marker="o" if metric == "eval_accuracy" else None,
                     markersize=4, color=color, label=run)
         ax.set(xlabel="training step", ylabel=labels.get(metric, metric), title=metric)
