@@ -86,6 +86,7 @@ class Exercise:
     tolerance: float = DEFAULT_TOLERANCE
 
     def __post_init__(self) -> None:
+        self.variant_runs: dict[int, list[list[dict]]] = {}  # seed -> each mistake's observations (pure: cached)
         check_choice("difficulty", self.difficulty, DIFFICULTIES)
         check_number("minutes", self.minutes, low=1, integer=True)
         check_number("tolerance", self.tolerance, low=0, low_open=True)
@@ -109,9 +110,10 @@ class Exercise:
         failing = [i for i in range(len(cases)) if not self.agrees(got[i], expected[i])]
         if not failing:
             return CheckResult(self, passed=True, cases=len(cases))
+        if seed not in self.variant_runs:
+            self.variant_runs[seed] = [[self.run(m.variant, case) for case in cases] for m in self.mistakes]
         likely, possible = [], []
-        for mistake in self.mistakes:
-            wrong = [self.run(mistake.variant, case) for case in cases]
+        for mistake, wrong in zip(self.mistakes, self.variant_runs[seed]):
             agree = [self.agrees(got[i], wrong[i]) for i in range(len(cases))]
             if all(agree):
                 likely.append(mistake)
