@@ -4,7 +4,7 @@
         row 0 = the model before training (held-out accuracy), once
         while steps remain and the time budget lasts:
             train_step()                 atomic: a failed step leaves no trace (the subclass's job)
-            evaluate() every config.eval_every steps, and after the last one
+            evaluation() every config.eval_every steps, and after the last one (default: evaluate())
             callbacks' on_step_end
             early_stop(row)              e.g. SFT's stop_at_accuracy
         Stop in Jupyter (KeyboardInterrupt) or a non-finite loss ends the call cleanly; `stop_reason`
@@ -53,7 +53,7 @@ class TrainingLoop:
                 metrics = self.train_step()
                 out_of_time = budget_end is not None and self.train_time >= budget_end
                 if c.eval_every and (self.step % c.eval_every == 0 or self.step == last_step or out_of_time):
-                    metrics["eval_accuracy"] = self.evaluate()
+                    metrics.update(self.evaluation())
                 call_hooks(self.callbacks, "on_step_end", self, metrics, self.latest_distributions())
                 self.stop_reason = self.early_stop(metrics)
                 if self.stop_reason:
@@ -100,7 +100,11 @@ class TrainingLoop:
 
     def start_row(self) -> dict:
         """Row 0 of the history: the model before training."""
-        return {"step": 0, "wall_time": 0.0, "eval_accuracy": self.evaluate()}
+        return {"step": 0, "wall_time": 0.0, **self.evaluation()}
+
+    def evaluation(self) -> dict:
+        """The columns an evaluation fills in (the held-out accuracy; DPO adds its gold metrics)."""
+        return {"eval_accuracy": self.evaluate()}
 
     def latest_distributions(self):
         """What the live histograms show for the step just done (RL), or None."""

@@ -1,0 +1,198 @@
+"""DPO and IPO: hand-computed vectors, TRL's formulas on the same tensors, the config's checks, the
+trainer (a step moves the policy, never the reference; IPO's per-token averaging; online pairs),
+and the acceptance test: DPO with the sign of its preference flipped does not improve, the normal
+sign does."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rlhf_lab.model import LlamaModel
+from rlhf_lab.preferences import (
+    DPOConfig,
+    DPOTrainer,
+    dpo_loss,
+    encode_pairs,
+    implicit_rewards,
+    ipo_loss,
+    preference_logits,
+    sequence_logprobs,
+)
+from rlhf_lab.sft import lab_model_config
+from rlhf_lab.tokenizer import default_tokenizer
+
+TOKENIZER = default_tokenizer()
+TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+            num_key_value_heads=1, initializer_range=0.06)
+
+# The spec's vector: beta = 0.1, log pi/pi_ref of y_w = +1.0 and of y_l = -1.0, so h = 2.
+# float64 so the only error is the library's last-bit rounding (~1e-16 relative): 1e-12 is far above it.
+POLICY_W, POLICY_L = torch.tensor([-2.0], dtype=torch.float64), torch.tensor([-6.0], dtype=torch.float64)
+REF_W, REF_L = torch.tensor([-3.0], dtype=torch.float64), torch.tensor([-5.0], dtype=torch.float64)
+TOL64 = 1e-12
+
+
+def test_hand_computed_vectors():
+    h = preference_logits(POLICY_W, POLICY_L, REF_W, REF_L)
+    assert h.item() == pytest.approx(2.0, abs=TOL64)
+    # DPO: -log sigmoid(0.1 * 2) = log(1 + e^-0.2) = 0.59814
+    dpo = dpo_loss(POLICY_W, POLICY_L, REF_W, REF_L, beta=0.1)
+    assert dpo.item() == pytest.approx(math.log1p(math.exp(-0.2)), abs=TOL64)
+    assert dpo.item() == pytest.approx(0.59814, abs=5e-6)  # the spec's rounded value
+    # conservative DPO, eps = 0.1: 0.9 log(1 + e^-0.2) + 0.1 log(1 + e^0.2) = 0.61814
+    cdpo = dpo_loss(POLICY_W, POLICY_L, REF_W, REF_L, beta=0.1, label_smoothing=0.1)
+    assert cdpo.item() == pytest.approx(0.61814, abs=5e-6)
+    # IPO: (h - 1 / (2 beta))^2 = (2 - 5)^2 = 9, through both entry points
+    assert ipo_loss(POLICY_W, POLICY_L, REF_W, REF_L, beta=0.1).item() == pytest.approx(9.0, abs=TOL64)
+    assert dpo_loss(POLICY_W, POLICY_L, REF_W, REF_L, beta=0.1, loss_type="ipo").item() == pytest.approx(9.0, abs=TOL64)
+    # implicit rewards: beta * log-ratio = +0.1 for y_w, -0.1 for y_l; their margin beta * h = 0.2
+    assert implicit_rewards(POLICY_W, REF_W, 0.1).item() == pytest.approx(0.1, abs=TOL64)
+    assert implicit_rewards(POLICY_L, REF_L, 0.1).item() == pytest.approx(-0.1, abs=TOL64)
+
+
+def trl_sigmoid_and_ipo(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, beta, label_smoothing):
+    """TRL's definitions, transcribed from `DPOTrainer.dpo_loss` (trl/trainer/dpo_trainer.py, TRL v0.16-v0.19):
+    logits = (chosen - rejected) - (ref_chosen - ref_rejected);
+    "sigmoid": -logsigmoid(beta logits)(1 - label_smoothing) - logsigmoid(-beta logits) label_smoothing;
+    "ipo": (logits - 1 / (2 beta))^2; chosen_rewards = beta (chosen - ref_chosen), likewise rejected."""
+    logits = (chosen_logps - rejected_logps) - (ref_chosen_logps - ref_rejected_logps)
+    sigmoid = -F.logsigmoid(beta * logits) * (1 - label_smoothing) - F.logsigmoid(-beta * logits) * label_smoothing
+    ipo = (logits - 1 / (2 * beta)) ** 2
+    return sigmoid, ipo, beta * (chosen_logps - ref_chosen_logps), beta * (rejected_logps - ref_rejected_logps)
+
+
+@pytest.mark.parametrize("beta,label_smoothing", [(0.1, 0.0), (0.5, 0.2), (0.01, 0.0), (2.0, 0.45)])
+def test_losses_equal_trl_formulas(beta, label_smoothing):
+    generator = torch.Generator().manual_seed(0)
+    # sequence log-probs of a few tens of tokens: tens of nats, negative
+    logps = [-30 * torch.rand(64, generator=generator) for _ in range(4)]
+    trl_sigmoid, trl_ipo, trl_chosen, trl_rejected = trl_sigmoid_and_ipo(*logps, beta, label_smoothing)
+    ours = dpo_loss(*logps, beta=beta, label_smoothing=label_smoothing)
+    # Same operations in a different order: a few float32 roundings of values up to ~|beta h| + 1,
+    # so 16 ulps of the largest value bounds the difference on any BLAS / CPU.
+    scale = float(trl_sigmoid.abs().max()) + 1
+    assert torch.allclose(ours, trl_sigmoid, rtol=0, atol=16 * torch.finfo(torch.float32).eps * scale)
+    ours_ipo = dpo_loss(*logps, beta=beta, loss_type="ipo")
+    scale_ipo = float(trl_ipo.abs().max()) + 1
+    assert torch.allclose(ours_ipo, trl_ipo, rtol=0, atol=16 * torch.finfo(torch.float32).eps * scale_ipo)
+    assert torch.allclose(implicit_rewards(logps[0], logps[2], beta), trl_chosen, rtol=0,
+                          atol=4 * torch.finfo(torch.float32).eps * float(trl_chosen.abs().max() + 1))
+    assert torch.allclose(implicit_rewards(logps[1], logps[3], beta), trl_rejected, rtol=0,
+                          atol=4 * torch.finfo(torch.float32).eps * float(trl_rejected.abs().max() + 1))
+
+
+def test_dpo_gradient_raises_chosen_and_lowers_rejected():
+    """d loss / d log pi(y_w) = -beta sigmoid(-beta h) < 0 and the opposite for y_l (DPO eq. 7's gradient)."""
+    chosen = POLICY_W.clone().requires_grad_(True)
+    rejected = POLICY_L.clone().requires_grad_(True)
+    dpo_loss(chosen, rejected, REF_W, REF_L, beta=0.1).sum().backward()
+    expected = 0.1 * torch.sigmoid(torch.tensor(-0.2, dtype=torch.float64))
+    assert chosen.grad.item() == pytest.approx(-expected.item(), abs=TOL64)
+    assert rejected.grad.item() == pytest.approx(expected.item(), abs=TOL64)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("beta", 0.0, "beta must satisfy 0 < beta"),
+    ("loss_type", "hinge", "loss_type must be one of ('sigmoid', 'ipo')"),
+    ("label_smoothing", 0.5, "label_smoothing must satisfy 0 <= label_smoothing < 0.5"),
+    ("batch_size", 0, "batch_size must satisfy 1 <= batch_size"),
+    ("online", 1, "online must be True or False"),
+])
+def test_config_names_the_bad_field(field, value, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        DPOConfig(**{field: value})
+
+
+def test_label_smoothing_is_refused_for_ipo():
+    with pytest.raises(ValueError, match="label_smoothing must be 0 with loss_type='ipo'"):
+        DPOConfig(loss_type="ipo", label_smoothing=0.1)
+    with pytest.raises(ValueError, match="label_smoothing"):
+        dpo_loss(POLICY_W, POLICY_L, REF_W, REF_L, loss_type="ipo", label_smoothing=0.1)
+
+
+# ----------------------------------------------------------------------------------------------
+# the trainer
+
+PAIRS = [("12+34=", "64", "65"), ("50+21=", "17", "71"), ("99+1=", "001", "0001"), ("7+8=", "51", "5")]
+
+
+def tiny_trainer(pairs=PAIRS, judge=None, **overrides) -> DPOTrainer:
+    torch.manual_seed(0)
+    model = LlamaModel(lab_model_config(TOKENIZER, **TINY))
+    settings = dict(task_params={"digits": 2}, n_train=64, n_test=8, eval_examples=8, batch_size=4, steps=1,
+                    eval_every=0, learning_rate=1e-3)
+    return DPOTrainer(DPOConfig(**(settings | overrides)), model=model, tokenizer=TOKENIZER, pairs=pairs, judge=judge)
+
+
+def test_a_step_moves_the_policy_not_the_reference():
+    trainer = tiny_trainer()
+    policy_before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    ref_before = {k: v.clone() for k, v in trainer.ref_model.state_dict().items()}
+    ref_logps_before = trainer.pair_ref_logps.clone()
+    history = trainer.train(steps=1)
+    assert trainer.step == 1 and trainer.stop_reason == "steps"
+    moved = [k for k, v in trainer.model.state_dict().items() if not torch.equal(v, policy_before[k])]
+    assert moved, "no policy weight changed after a DPO step"
+    for name, value in trainer.ref_model.state_dict().items():
+        assert torch.equal(value, ref_before[name]), f"the reference's {name} changed: pi_ref must stay frozen"
+    assert not any(p.requires_grad for p in trainer.ref_model.parameters())
+    assert torch.equal(trainer.pair_ref_logps, ref_logps_before)
+    row = history.iloc[-1]
+    # Before the step pi = pi_ref: every implicit reward is 0, the loss is log 2 (DPO) and margins 0.
+    assert row["loss"] == pytest.approx(math.log(2), abs=1e-6)
+    assert row["rewards/chosen"] == pytest.approx(0.0, abs=1e-6)
+    for name in ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies", "logps/chosen",
+                 "logps/rejected", "grad_norm", "lr", "pairs"):
+        assert math.isfinite(row[name]), name
+
+
+def test_precomputed_reference_logprobs_are_the_reference_models():
+    trainer = tiny_trainer()
+    trainer.train(steps=2)
+    rollout = encode_pairs(TOKENIZER, PAIRS)
+    with torch.no_grad():
+        fresh = sequence_logprobs(trainer.ref_model, rollout)
+        policy_now = sequence_logprobs(trainer.model, rollout)
+    # Same model, same inputs, another batch size: float32 sums over <= 6 tokens of ~|2.5| nats each.
+    tolerance = 64 * torch.finfo(torch.float32).eps * float(fresh.abs().max() + 1)
+    assert torch.allclose(trainer.pair_ref_logps, fresh, rtol=0, atol=tolerance)
+    assert not torch.allclose(policy_now, fresh, rtol=0, atol=tolerance), "two steps left the policy at pi_ref"
+
+
+def test_ipo_averages_log_probs_over_completion_tokens():
+    """TRL's "ipo" divides each completion's summed log-prob by its token count (EOS included)."""
+    trainer = tiny_trainer(loss_type="ipo", beta=0.5)
+    rollout = encode_pairs(TOKENIZER, PAIRS)
+    sums = torch.tensor([-4.0, -6.0, -9.0, -2.0, -8.0, -3.0, -12.0, -1.0])
+    policy, ref = trainer.loss_inputs(sums, sums - 1.0, rollout.lengths)
+    lengths = torch.tensor([len(c) + 1 for c in [p[1] for p in PAIRS] + [p[2] for p in PAIRS]], dtype=torch.float32)
+    assert torch.equal(rollout.lengths, lengths)
+    assert torch.allclose(policy, sums / lengths) and torch.allclose(ref, (sums - 1.0) / lengths)
+    dpo_trainer = tiny_trainer(loss_type="sigmoid")
+    assert torch.equal(dpo_trainer.loss_inputs(sums, sums - 1.0, rollout.lengths)[0], sums)  # DPO: sums
+
+
+def test_online_pairs_are_sampled_and_ordered_by_the_judge():
+    """Online DPO: of two samples the judge's higher-scored is the chosen one; equal scores are dropped."""
+    longer = lambda prompt, completion, answer, finished: float(len(completion))  # noqa: E731
+    with pytest.raises(ValueError, match="judge is required"):
+        tiny_trainer(pairs=None, online=True)
+    trainer = tiny_trainer(pairs=None, judge=longer, online=True, batch_size=8)
+    assert trainer.pair_rollout is None
+    batch, ref_logps = trainer.online_batch()
+    B = len(batch) // 2
+    assert B >= 1 and ref_logps.shape == (2 * B,)
+    assert (batch.rewards[:B] > batch.rewards[B:]).all()
+    history = trainer.train(steps=2)
+    assert trainer.step == 2 and history["pairs"].iloc[-1] >= 0
+
+
+def test_trainer_needs_pairs_offline():
+    with pytest.raises(ValueError, match="pairs must hold at least one"):
+        tiny_trainer(pairs=[])
+    with pytest.raises(ValueError, match="a pair must have prompt, chosen and rejected"):
+        tiny_trainer(pairs=[("1+1=", "2")])
