@@ -196,3 +196,17 @@ def test_trainer_needs_pairs_offline():
         tiny_trainer(pairs=[])
     with pytest.raises(ValueError, match="a pair must have prompt, chosen and rejected"):
         tiny_trainer(pairs=[("1+1=", "2")])
+
+
+def test_live_dashboard_draws_the_dpo_panels(tmp_path):
+    from rlhf_lab.viz import DPO_DASHBOARD_PANELS, LiveDashboard, plot_dashboard, plot_history
+
+    dash = LiveDashboard(mode="png", png_dir=tmp_path, raise_errors=True, refresh_every=1, min_interval=0)
+    trainer = tiny_trainer(eval_every=1)
+    trainer.add_callback(dash)
+    history = trainer.train(steps=2)
+    assert dash.kind == "dpo" and len(dash.figure.axes) == sum(map(len, DPO_DASHBOARD_PANELS))
+    assert dash.figure.get_suptitle().startswith("DPO: step 2")
+    assert (tmp_path / "dashboard.png").stat().st_size > 0
+    assert len(plot_dashboard(history).axes) == 6  # the kind is read from the columns
+    assert len(plot_history({"dpo": history}).axes) == 6  # DPO's default metrics
