@@ -264,3 +264,16 @@ def test_flipped_dpo_does_not_improve_and_dpo_does():
     assert dpo["eval_accuracy"] >= start["eval_accuracy"], "DPO lowered held-out greedy accuracy"
     assert flipped["eval_accuracy"] < start["eval_accuracy"] - 0.1, "flipped DPO did not hurt accuracy"
     assert dpo["eval_accuracy"] > flipped["eval_accuracy"] + 0.2
+
+
+def test_sampled_kl_and_greedy_scores():
+    from rlhf_lab.preferences import greedy_scores, sampled_kl
+
+    trainer = tiny_trainer()
+    examples = trainer.eval_examples
+    same = sampled_kl(trainer.model, trainer.ref_model, TOKENIZER, trainer.task, examples, num_generations=2)
+    assert same.shape == (len(examples),) and torch.equal(same, torch.zeros_like(same)), "KL(pi || pi) must be 0"
+    correct, rewards = greedy_scores(trainer.model, TOKENIZER, trainer.task, examples,
+                                     lambda prompt, completion, answer, finished: float(len(completion)))
+    assert correct.shape == rewards.shape == (len(examples),)
+    assert trainer.evaluate() == pytest.approx(correct.mean().item())  # the same greedy completions

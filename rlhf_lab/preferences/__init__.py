@@ -11,13 +11,15 @@ from .dpo import (
     DPOTrainer,
     dpo_loss,
     encode_pairs,
+    greedy_scores,
     implicit_rewards,
     ipo_loss,
     preference_logits,
+    sampled_kl,
     sequence_logprobs,
 )
 
 __all__ = [
-    "LOSS_TYPES", "DPOConfig", "DPOTrainer", "dpo_loss", "encode_pairs", "implicit_rewards",
-    "ipo_loss", "preference_logits", "sequence_logprobs",
+    "LOSS_TYPES", "DPOConfig", "DPOTrainer", "dpo_loss", "encode_pairs", "greedy_scores", "implicit_rewards",
+    "ipo_loss", "preference_logits", "sampled_kl", "sequence_logprobs",
 ]

@@ -135,11 +135,15 @@ def pair_texts(pair) -> tuple[str, str, str]:
 
 def encode_pairs(tokenizer, pairs: Sequence, device=None) -> Rollout:
     """The pairs as one Rollout of 2B rows (no sampling): rows 0..B-1 the chosen completions, rows
-    B..2B-1 the rejected ones, each ending with EOS, prompts left-padded (`rl.encode_rollout`)."""
+    B..2B-1 the rejected ones, prompts left-padded (`rl.encode_rollout`). A completion ends with EOS
+    unless its pair says it was cut off (`chosen_finished` / `rejected_finished` False): the EOS is
+    part of what the policy chose, and its log-prob counts."""
     if not pairs:
         raise ValueError("pairs must hold at least one (prompt, chosen, rejected) pair, got none")
     prompts, chosen, rejected = zip(*(pair_texts(p) for p in pairs))
-    return encode_rollout(tokenizer, list(prompts) * 2, list(chosen) + list(rejected), device=device)
+    finished = ([bool(getattr(p, "chosen_finished", True)) for p in pairs]
+                + [bool(getattr(p, "rejected_finished", True)) for p in pairs])
+    return encode_rollout(tokenizer, list(prompts) * 2, list(chosen) + list(rejected), finished, device=device)
 
 
 def sequence_logprobs(model, rollout: Rollout, chunk_size: int | None = None) -> torch.Tensor:
@@ -152,6 +156,40 @@ def sequence_logprobs(model, rollout: Rollout, chunk_size: int | None = None) ->
         return (token_logps * rollout.completion_mask).sum(1)
     rows = torch.arange(len(rollout), device=rollout.input_ids.device)
     return torch.cat([sequence_logprobs(model, rollout.select(part)) for part in rows.split(chunk_size)])
+
+
+@torch.no_grad()
+def greedy_scores(model, tokenizer, task, examples: Sequence, reward_fn, max_new_tokens: int | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(exact match (N,) 0/1, `reward_fn` (N,)) of `model`'s greedy completions of `examples`, from one
+    generation: the held-out gold metric of any policy (DPO's, or an RL `Trainer.policy`)."""
+    greedy = SamplingConfig(do_sample=False, max_new_tokens=max_new_tokens or completion_budget(examples))
+    was_training = model.training
+    model.eval()
+    try:
+        rollout = sample_and_score(model, tokenizer, examples, 1, greedy, reward_fn, task)
+    finally:
+        model.train(was_training)
+    return rollout.correct.cpu(), rollout.rewards.cpu()
+
+
+@torch.no_grad()
+def sampled_kl(policy, ref_model, tokenizer, task, examples: Sequence, num_generations: int = 4,
+               temperature: float = 1.0, max_new_tokens: int | None = None, seed: int = 0) -> torch.Tensor:
+    """KL(pi || pi_ref) per prompt, (len(examples),) in nats per completion: the mean over
+    `num_generations` samples y ~ pi of log pi(y|x) - log pi_ref(y|x) (the k1 estimator, unbiased;
+    a single value can be negative). How far DPO moved the policy, the quantity beta prices."""
+    sampling = SamplingConfig(do_sample=True, temperature=temperature,
+                              max_new_tokens=max_new_tokens or completion_budget(examples))
+    was_training = policy.training
+    policy.eval()
+    try:
+        rollout = sample_and_score(policy, tokenizer, examples, num_generations, sampling, lambda *args: 0.0, task,
+                                   torch.Generator(policy.device).manual_seed(seed))
+        log_ratio = sequence_logprobs(policy, rollout, 256) - sequence_logprobs(ref_model, rollout, 256)
+    finally:
+        policy.train(was_training)
+    return log_ratio.view(-1, num_generations).mean(1).cpu()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -214,7 +252,8 @@ class DPOConfig:
 HISTORY_COLUMNS = (
     "step", "wall_time", "step_time", "loss", "rewards/chosen", "rewards/rejected", "rewards/margins",
     "rewards/accuracies", "logps/chosen", "logps/rejected", "eval_accuracy", "eval_gold_reward",
-    "eval_rewards/accuracies", "eval_rewards/margins", "pairs", "grad_norm", "lr",
+    "eval_rewards/accuracies", "eval_rewards/margins", "eval_logps/chosen", "eval_logps/rejected", "pairs",
+    "grad_norm", "lr",
 )
 
 
@@ -317,15 +356,20 @@ class DPOTrainer(TrainingLoop):
         return policy_logps, ref_logps
 
     @torch.no_grad()
-    def pair_metrics(self, rollout: Rollout, ref_logps: torch.Tensor) -> dict:
-        """Implicit-reward metrics of pairs under the current policy: accuracy (ties count half) and margin."""
-        policy, ref = self.loss_inputs(sequence_logprobs(self.model, rollout, chunk_size=256), ref_logps,
-                                       rollout.lengths)
+    def pair_metrics(self, rollout: Rollout, ref_logps: torch.Tensor | None = None) -> dict:
+        """TRL's metrics for a fixed set of pairs under the current policy (no training): the implicit
+        rewards' accuracy (ties count half) and margin, and the mean summed log-probs of the chosen and
+        of the rejected completions. `rollout` from `encode_pairs`; `ref_logps` (2B,) from
+        `reference_logprobs(rollout)`, computed here when not given."""
+        ref_logps = self.reference_logprobs(rollout) if ref_logps is None else ref_logps
+        logps = sequence_logprobs(self.model, rollout, chunk_size=256)
+        policy, ref = self.loss_inputs(logps, ref_logps, rollout.lengths)
         rewards = implicit_rewards(policy, ref, self.config.beta)
         B = len(rewards) // 2
         margins = rewards[:B] - rewards[B:]
         wins = (margins > 0).float() + 0.5 * (margins == 0).float()
-        return {"rewards/accuracies": wins.mean().item(), "rewards/margins": margins.mean().item()}
+        return {"rewards/accuracies": wins.mean().item(), "rewards/margins": margins.mean().item(),
+                "logps/chosen": logps[:B].mean().item(), "logps/rejected": logps[B:].mean().item()}
 
     def evaluate(self, examples: Sequence | None = None) -> float:
         """Held-out greedy exact-match accuracy on `examples` (default `eval_examples`)."""
@@ -335,19 +379,13 @@ class DPOTrainer(TrainingLoop):
     @torch.no_grad()
     def evaluation(self) -> dict:
         """eval_accuracy, and the gold metrics when given: eval_gold_reward (mean gold reward of the greedy
-        completions) and eval_rewards/accuracies, eval_rewards/margins on `eval_pairs`."""
+        completions), and `pair_metrics` of `eval_pairs` prefixed with eval_ (eval_rewards/accuracies...)."""
         if self.gold_fn is None:
             out = {"eval_accuracy": self.evaluate()}
-        else:  # one greedy pass scores both: exact match (`correct`) and the gold reward
-            greedy = SamplingConfig(do_sample=False, max_new_tokens=self.max_completion_length)
-            was_training = self.model.training
-            self.model.eval()
-            try:
-                rollout = sample_and_score(self.model, self.tokenizer, self.eval_examples, 1, greedy, self.gold_fn,
-                                           self.task)
-            finally:
-                self.model.train(was_training)
-            out = {"eval_accuracy": rollout.correct.mean().item(), "eval_gold_reward": rollout.rewards.mean().item()}
+        else:
+            correct, gold = greedy_scores(self.model, self.tokenizer, self.task, self.eval_examples, self.gold_fn,
+                                          self.max_completion_length)
+            out = {"eval_accuracy": correct.mean().item(), "eval_gold_reward": gold.mean().item()}
         if self.eval_rollout is not None:
             out.update({f"eval_{k}": v for k, v in self.pair_metrics(self.eval_rollout, self.eval_ref_logps).items()})
         return out
