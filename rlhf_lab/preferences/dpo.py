@@ -343,6 +343,11 @@ class DPOTrainer(TrainingLoop):
         frame.attrs["config"] = asdict(self.config)
         return frame
 
+    @property
+    def policy(self):
+        """The model being trained (the RL `Trainer`'s name for it)."""
+        return self.model
+
     @torch.no_grad()
     def reference_logprobs(self, rollout: Rollout) -> torch.Tensor:
         """log pi_ref(y|x) of every row, (N,), summed over the completion tokens."""
