@@ -17,6 +17,7 @@ row), `_snapshot()` and `_restore(snapshot)` (what a failed step must not change
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -113,6 +114,24 @@ class TrainingLoop:
     def early_stop(self, metrics: dict) -> str | None:
         """A stop reason after this step's row, or None to go on."""
         return None
+
+
+def backward_and_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, parameters, max_grad_norm: float,
+                      step: int, name: str) -> float:
+    """loss -> backward -> clip the gradient norm to max_grad_norm -> optimizer step; returns the norm
+    before clipping. A NaN/inf loss or gradient raises NonFiniteLossError before the step that would use
+    it (`train_step` then restores the weights). `name` ("SFT", "DPO") starts the error message."""
+    if not torch.isfinite(loss):
+        raise NonFiniteLossError(f"{name} loss became {loss.item()} at step {step}; training stopped and the "
+                                 f"weights were kept from step {step - 1}; lower learning_rate")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm))
+    if not math.isfinite(grad_norm):
+        raise NonFiniteLossError(f"{name} gradient norm became {grad_norm} at step {step}; training stopped and "
+                                 f"the weights were kept from step {step - 1}; lower learning_rate")
+    optimizer.step()
+    return grad_norm
 
 
 def clone_state(state: dict) -> dict:

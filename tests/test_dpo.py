@@ -10,8 +10,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from test_sft import (  # the SFT tests' tiny lab model (tests/ is on sys.path under pytest)
+    TOKENIZER,
+    tiny_model,
+)
 
-from rlhf_lab.model import LlamaModel
 from rlhf_lab.preferences import (
     DPOConfig,
     DPOTrainer,
@@ -22,12 +25,6 @@ from rlhf_lab.preferences import (
     preference_logits,
     sequence_logprobs,
 )
-from rlhf_lab.sft import lab_model_config
-from rlhf_lab.tokenizer import default_tokenizer
-
-TOKENIZER = default_tokenizer()
-TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-            num_key_value_heads=1, initializer_range=0.06)
 
 # The spec's vector: beta = 0.1, log pi/pi_ref of y_w = +1.0 and of y_l = -1.0, so h = 2.
 # float64 so the only error is the library's last-bit rounding (~1e-16 relative): 1e-12 is far above it.
@@ -121,8 +118,7 @@ PAIRS = [("12+34=", "64", "65"), ("50+21=", "17", "71"), ("99+1=", "001", "0001"
 
 
 def tiny_trainer(pairs=PAIRS, judge=None, **overrides) -> DPOTrainer:
-    torch.manual_seed(0)
-    model = LlamaModel(lab_model_config(TOKENIZER, **TINY))
+    model = tiny_model(seed=0)
     settings = dict(task_params={"digits": 2}, n_train=64, n_test=8, eval_examples=8, batch_size=4, steps=1,
                     eval_every=0, learning_rate=1e-3)
     return DPOTrainer(DPOConfig(**(settings | overrides)), model=model, tokenizer=TOKENIZER, pairs=pairs, judge=judge)

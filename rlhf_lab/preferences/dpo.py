@@ -43,10 +43,9 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ..callbacks import NonFiniteLossError
 from ..device import autocast, pick_device
 from ..evaluate import completion_budget, greedy_accuracy
-from ..loop import TrainingLoop, clone_state, optimizer_snapshot, restore_optimizer
+from ..loop import TrainingLoop, backward_and_step, clone_state, optimizer_snapshot, restore_optimizer
 from ..rl.rollout import Rollout, encode_rollout, policy_forward, sample_and_score
 from ..sampling import SamplingConfig
 from ..schedule import learning_rate_at
@@ -289,12 +288,9 @@ class DPOTrainer(TrainingLoop):
         self.config = config
         self.device = pick_device(config.device)
         torch.manual_seed(config.seed)
-        if model is None:
-            from ..checkpoints import load_checkpoint
+        from ..checkpoints import model_and_tokenizer
 
-            model, tokenizer, _ = load_checkpoint(config.init_checkpoint)
-        if tokenizer is None:
-            raise ValueError("tokenizer is required when a model is passed")
+        model, tokenizer = model_and_tokenizer(model, tokenizer, config.init_checkpoint)
         if config.online and judge is None:
             raise ValueError("judge is required when config.online is True: it labels the fresh pairs")
         if not config.online and not pairs:
@@ -463,16 +459,8 @@ class DPOTrainer(TrainingLoop):
         logps = sequence_logprobs(self.model, batch)  # (2B,) with gradient
         policy, ref = self.loss_inputs(logps, ref_logps, batch.lengths)
         loss = dpo_loss(policy[:B], policy[B:], ref[:B], ref[B:], c.beta, c.loss_type, c.label_smoothing).mean()
-        if not torch.isfinite(loss):
-            raise NonFiniteLossError(f"DPO loss became {loss.item()} at step {step}; training stopped and the "
-                                     f"weights were kept from step {step - 1}; lower learning_rate")
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm))
-        if not math.isfinite(grad_norm):
-            raise NonFiniteLossError(f"DPO gradient norm became {grad_norm} at step {step}; training stopped and "
-                                     f"the weights were kept from step {step - 1}; lower learning_rate")
-        self.optimizer.step()
+        grad_norm = backward_and_step(loss, self.optimizer, self.model.parameters(), c.max_grad_norm, step,
+                                      c.loss_type.replace("sigmoid", "dpo").upper())
         step_time = time.perf_counter() - t0
         self.step = step
         self.train_time += step_time
