@@ -96,12 +96,9 @@ class Trainer(TrainingLoop):
         self.algorithm = algorithm or ALGORITHMS[config.algo](config)
         self.device = pick_device(config.device)
         torch.manual_seed(config.seed)
-        if model is None:
-            from ..checkpoints import load_checkpoint
+        from ..checkpoints import model_and_tokenizer
 
-            model, tokenizer, _ = load_checkpoint(config.init_checkpoint)
-        if tokenizer is None:
-            raise ValueError("tokenizer is required when a model is passed")
+        model, tokenizer = model_and_tokenizer(model, tokenizer, config.init_checkpoint)
         self.tokenizer = tokenizer
         self.policy = model.to(self.device)
         self.ref_model = copy.deepcopy(self.policy).eval().requires_grad_(False)
