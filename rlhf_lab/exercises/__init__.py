@@ -20,8 +20,8 @@ import inspect
 from collections.abc import Callable
 
 from . import coding, mechanisms, preference, rl, training
-from .interview import InterviewRound, interview_round
 from .core import DIFFICULTIES, Case, CheckResult, Exercise, Mistake, values_agree
+from .interview import InterviewRound, interview_round
 
 EXERCISES: dict[str, Exercise] = {
     exercise.name: exercise for module in (rl, mechanisms, preference, coding) for exercise in module.EXERCISES
