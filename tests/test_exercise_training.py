@@ -5,25 +5,15 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-import torch
+from test_rl import TOK, tiny_model
 
 from rlhf_lab import exercises
 from rlhf_lab.exercises import training
-from rlhf_lab.model import LlamaModel
-from rlhf_lab.sft import lab_model_config
-from rlhf_lab.tokenizer import CharTokenizer
 
-TOK = CharTokenizer()
 # 4 prompts x 4 completions, 2 steps, no held-out evaluation: a few seconds per run on one core
 SETTINGS = dict(prompts_per_step=4, num_generations=4, steps=2, eval_every=100, eval_examples=8,
                 n_train=200, n_test=8)
 TIMING = ("wall_time", "step_time", "rollout_time", "update_time", "tokens_per_s", "mem_peak_bytes")
-
-
-def tiny_model() -> LlamaModel:
-    torch.manual_seed(0)
-    return LlamaModel(lab_model_config(TOK, hidden_size=32, num_hidden_layers=1, intermediate_size=64,
-                                       initializer_range=0.5))
 
 
 def count_ones(prompt, completion, answer, finished=True):

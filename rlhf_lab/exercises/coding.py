@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 
 from .core import Case, Exercise, Mistake
 
@@ -126,43 +127,36 @@ def isqrt_newton(n: int) -> int:
 # wrong variants (each one a mistake seen in interviews)
 
 
-def _binary_unsafe_midpoint(n):
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    lo, hi, answer = 1, n, 0
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        if mid <= n // mid:
-            answer, lo = mid, mid + 1
-        else:
-            hi = mid - 1
-    return answer
+def _binary_variant(midpoint: Callable, fits: Callable, result: str = "answer") -> Callable:
+    """The reference's binary search with one piece swapped: how the midpoint is formed, how
+    "mid * mid <= n" is asked, or what is returned after the loop ("answer" or "lo")."""
+
+    def variant(n):
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        lo, hi, answer = 1, n, 0
+        while lo <= hi:
+            mid = midpoint(lo, hi)
+            if fits(mid, n):
+                answer, lo = mid, mid + 1
+            else:
+                hi = mid - 1
+        return answer if result == "answer" else lo
+
+    return variant
 
 
-def _binary_square_overflow(n):
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    lo, hi, answer = 1, n, 0
-    while lo <= hi:
-        mid = lo + (hi - lo) // 2
-        if mid * mid <= n:
-            answer, lo = mid, mid + 1
-        else:
-            hi = mid - 1
-    return answer
+def _safe_midpoint(lo, hi):
+    return lo + (hi - lo) // 2
 
 
-def _binary_returns_lo(n):
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    lo, hi = 1, n
-    while lo <= hi:
-        mid = lo + (hi - lo) // 2
-        if mid <= n // mid:
-            lo = mid + 1
-        else:
-            hi = mid - 1
-    return lo
+def _fits_by_division(mid, n):
+    return mid <= n // mid
+
+
+_binary_unsafe_midpoint = _binary_variant(lambda lo, hi: (lo + hi) // 2, _fits_by_division)
+_binary_square_overflow = _binary_variant(_safe_midpoint, lambda mid, n: mid * mid <= n)
+_binary_returns_lo = _binary_variant(_safe_midpoint, _fits_by_division, result="lo")
 
 
 def _binary_no_progress(n):
@@ -193,54 +187,40 @@ def _float_sqrt(n):
     return int(math.sqrt(n))
 
 
-def _newton_unsafe_sum(n):
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    if n < 2:
-        return n
-    x = n
-    while True:
-        y = (x + n // x) // 2
-        if y >= x:
+def _newton_variant(step: Callable, stop: str = "not_decreasing", small_n_guard: bool = True) -> Callable:
+    """The reference's Newton iteration with one piece swapped: the step x -> next(x, n); the stopping
+    rule ("not_decreasing": next >= x, the right one; "square": while x * x > n; "unchanged":
+    next == x); and whether n < 2 is returned before dividing by x."""
+
+    def variant(n):
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        if small_n_guard and n < 2:
+            return n
+        x = n
+        if stop == "square":
+            while x * x > n:
+                x = step(x, n)
             return x
-        x = y
+        while True:
+            following = step(x, n)
+            if following == x if stop == "unchanged" else following >= x:
+                return x
+            x = following
+
+    return variant
 
 
-def _newton_square_overflow(n):
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    if n < 2:
-        return n
-    x = n
-    while x * x > n:
-        q = n // x
-        x = q + (x - q) // 2
-    return x
+def _safe_step(x, n):
+    """floor((x + n // x) / 2) as the overflow-safe midpoint of x and q = n // x (either may be larger)."""
+    q = n // x
+    return q + (x - q) // 2 if x > q else x + (q - x) // 2
 
 
-def _newton_zero_division(n):
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    x = n
-    while True:
-        q = n // x
-        if x <= q:
-            return x
-        x = q + (x - q) // 2
-
-
-def _newton_until_unchanged(n):
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    if n < 2:
-        return n
-    x = n
-    while True:
-        q = n // x
-        y = q + (x - q) // 2 if x > q else x + (q - x) // 2
-        if y == x:
-            return x
-        x = y
+_newton_unsafe_sum = _newton_variant(lambda x, n: (x + n // x) // 2)
+_newton_square_overflow = _newton_variant(_safe_step, stop="square")
+_newton_zero_division = _newton_variant(_safe_step, small_n_guard=False)
+_newton_until_unchanged = _newton_variant(_safe_step, stop="unchanged")
 
 
 def _newton_float(n):
