@@ -9,7 +9,7 @@
     exercises.training.compare_with_reference("gae", my_gae, dict(steps=30))  # your GAE drives PPO
     round_ = exercises.interview_round(k=3)        # a timed round; then round_.finish(globals())
 
-Each checker runs the spec's test vectors and seeded random cases against the reference solution
+Each checker runs published test vectors (from the papers, TRL and transformers) and seeded random cases against the reference solution
 (the package's own function wherever it has one) and, on a mismatch, matches your outputs against a
 catalogue of known-wrong variants to say which mistake you most likely made.
 """

@@ -326,7 +326,7 @@ EXERCISES = [
         hints=("Start at x = n (>= sqrt(n)); each step is the midpoint of x and n // x.",
                "Try n = 3 by hand: 3 -> 2 -> 1 -> 2 -> 1 ... When should you stop?",
                "x + n // x overflows for x = n = 2^31 - 1. With q = n // x < x, the midpoint is q + (x - q) // 2."),
-        source="Newton's method for x^2 - n; the integer form as in Python's math.isqrt documentation",
+        source="Newton's method for x^2 - n in integer arithmetic; Python's math.isqrt for the n < 0 convention",
         observe=_observe_int,
     ),
 ]

@@ -3,7 +3,7 @@ that names the mistake it recognises.
 
 How a check works (the ARENA pattern, made systematic):
 
-1. The exercise builds its cases: the spec's test vectors (with the value the spec states) and
+1. The exercise builds its cases: the published test vectors (values from the papers and TRL/transformers) and
    seeded random inputs.
 2. `observe(function, case)` runs a function on one case and returns what is compared: its output
    and, for losses, the gradient it sends back (a ratio not detached from pi_old has the right value
@@ -52,8 +52,8 @@ class Mistake:
 @dataclass(frozen=True)
 class Case:
     """One input. kwargs are passed to the function (deep-copied for each call, so a function that
-    writes into its inputs cannot spoil the next call). `expected`, when given, is the value the spec
-    states for this input (checked against the reference in the tests, to `spec_tolerance`)."""
+    writes into its inputs cannot spoil the next call). `expected`, when given, is the published value
+    for this input (checked against the reference in the tests, to `spec_tolerance`)."""
 
     name: str
     kwargs: dict
@@ -67,7 +67,7 @@ class Exercise:
 
     signature: the stub a learner fills in (def line + docstring with shapes, formula and source).
     reference: the solution; the package's own function wherever the package has one.
-    make_cases: seed -> cases (spec vectors first, then random ones).
+    make_cases: seed -> cases (published vectors first, then random ones).
     observe:   (function, kwargs) -> dict of what is compared (default: {"output": function(**kwargs)}).
     """
 
@@ -232,6 +232,6 @@ class CheckResult:
 
 
 def spec_cases(vectors: Sequence[tuple[str, dict, Any]], tolerance: float = 1e-4) -> list[Case]:
-    """Cases from (name, kwargs, expected) triples quoted from the spec (rounded there, hence the
+    """Cases from (name, kwargs, expected) triples with published values (quoted rounded, hence the
     tolerance)."""
     return [Case(name, kwargs, expected, tolerance) for name, kwargs, expected in vectors]

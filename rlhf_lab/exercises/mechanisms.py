@@ -67,7 +67,7 @@ def _temperature_multiplied(scores, temperature, top_k, top_p):
 
 def filter_cases(seed: int) -> list[Case]:
     probs = torch.tensor([[0.3, 0.1, 0.1, 0.5]])
-    cases = spec_cases([("spec: probs [0.3, 0.1, 0.1, 0.5], p 0.8 keeps {0.5, 0.3}", {
+    cases = spec_cases([("known value: probs [0.3, 0.1, 0.1, 0.5], p 0.8 keeps {0.5, 0.3}", {
         "scores": probs.log(), "temperature": 1.0, "top_k": 0, "top_p": 0.8},
         [[probs[0, 0].log().item(), -float("inf"), -float("inf"), probs[0, 3].log().item()]])])
     cases.append(Case("ties at the k-th score", {"scores": torch.tensor([[2.0, 1.0, 1.0, 0.5, -1.0]]),
@@ -369,7 +369,7 @@ EXERCISES = [
         hints=("Sort ascending and cumsum the softmax: remove a token when the mass up to and including it "
                "is <= 1 - p.", "torch.topk(scores, k).values[..., -1:] is the k-th largest score.",
                "Order: scores / T first."),
-        source="transformers generation/logits_process.py; spec mechanisms section 3",
+        source="transformers generation/logits_process.py",
     ),
     Exercise(
         name="repetition_penalty", title="repetition penalty (sign-aware)", topic="sampling", difficulty="easy",
@@ -383,7 +383,7 @@ EXERCISES = [
         reference=apply_repetition_penalty, make_cases=penalty_cases, mistakes=PENALTY_MISTAKES,
         hints=("torch.gather(scores, 1, input_ids) reads the seen logits; scatter writes them back.",
                "What does -2 / 1.2 do to a token's probability?"),
-        source="transformers RepetitionPenaltyLogitsProcessor; spec mechanisms section 3",
+        source="transformers RepetitionPenaltyLogitsProcessor",
     ),
     Exercise(
         name="rope_half_split", title="RoPE, rotate-half form (HF / GPT-NeoX)", topic="attention",
@@ -402,7 +402,7 @@ EXERCISES = [
         hints=("torch.arange(0, d, 2).float() / d gives the exponents 2i/d.",
                "Dim i and dim i + d/2 form one pair and share the angle theta_i.",
                "cos/sin need a heads axis: [:, None]."),
-        source="RoFormer (arXiv 2104.09864); transformers; spec mechanisms section 1",
+        source="RoFormer (arXiv 2104.09864); transformers",
     ),
     Exercise(
         name="rope_complex", title="RoPE, complex form (Meta's llama)", topic="attention", difficulty="medium",
@@ -418,7 +418,7 @@ EXERCISES = [
         hints=("x.float().unflatten(-1, (-1, 2)) then torch.view_as_complex.",
                "torch.polar(torch.ones_like(angles), angles) is e^{i angle}.",
                "torch.view_as_real(z).flatten(-2) puts the pairs back."),
-        source="RoFormer (arXiv 2104.09864); meta-llama model.py; spec mechanisms section 1",
+        source="RoFormer (arXiv 2104.09864); meta-llama model.py",
     ),
     Exercise(
         name="attention_decode_step", title="one attention decode step with a KV cache", topic="attention",
@@ -433,13 +433,13 @@ EXERCISES = [
         K' = cat(k_cache, k_new), V' = cat(v_cache, v_new)      along the sequence axis
         out = softmax(q K'^T / sqrt(d)) V'
 
-    (transformers cache_utils.py / modeling_llama.py repeat_kv; spec mechanisms section 2.)
+    (transformers cache_utils.py / modeling_llama.py repeat_kv.)
     """''',
         reference=attention_decode_step, make_cases=decode_cases, mistakes=DECODE_MISTAKES,
         hints=("torch.cat along dim 2 (the sequence axis).",
                "k.repeat_interleave(H // K, dim=1) gives every query head its kv head.",
                "A single new query may attend to everything in the cache: no mask."),
-        source="transformers cache_utils.py, modeling_llama.py; spec mechanisms section 2",
+        source="transformers cache_utils.py, modeling_llama.py",
     ),
     Exercise(
         name="attention_backward", title="the backward pass of softmax attention by hand", topic="attention",
@@ -454,6 +454,6 @@ EXERCISES = [
         hints=("O = P V: dV = P^T dO and dP = dO V^T.",
                "For one softmax row p: dS_j = p_j (dP_j - sum_k p_k dP_k).",
                "S = Q K^T * scale: dQ = dS K * scale, dK = dS^T Q * scale."),
-        source="FlashAttention (arXiv 2205.14135) section 2 / appendix B; CS336 assignment 2",
+        source="FlashAttention (arXiv 2205.14135), appendix B (the standard attention backward pass)",
     ),
 ]

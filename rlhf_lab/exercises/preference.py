@@ -3,7 +3,7 @@ loss and the DPO loss.
 
 The DPO reference is the package's `rlhf_lab.preferences.dpo_loss`. Cohen's kappa and Bradley-Terry
 are written here until `rlhf_lab.preferences` has `cohen_kappa` and `bradley_terry_loss` (same
-formulas and test vectors, from the spec); then these exercises should point at those.
+formulas and test vectors); then these exercises should point at those.
 
 Cohen's kappa (Cohen 1960), for two annotators who labelled the same N items:
 
@@ -88,7 +88,7 @@ KAPPA_MISTAKES = (
 )
 
 
-def _spec_vector_064() -> tuple[list[int], list[int]]:
+def _flip_vector_064() -> tuple[list[int], list[int]]:
     """100 balanced items; each annotator flips 10 of them (5 per class), one flip shared, so
     p_o = 0.82 = (1 - f)^2 + f^2 with f = 0.1, p_e = 0.5 and kappa = 1 - 4 f (1 - f) = 0.64."""
     truth = [1] * 50 + [0] * 50
@@ -101,9 +101,9 @@ def _spec_vector_064() -> tuple[list[int], list[int]]:
 
 
 def kappa_cases(seed: int) -> list[Case]:
-    a064, b064 = _spec_vector_064()
+    a064, b064 = _flip_vector_064()
     cases = spec_cases([
-        ("spec: f = 0.1 flips -> 0.64", {"labels_a": a064, "labels_b": b064}, 0.64),
+        ("known value: f = 0.1 flips -> 0.64", {"labels_a": a064, "labels_b": b064}, 0.64),
         ("p_o 0.75, p_e 0.5", {"labels_a": [1, 1, 0, 0], "labels_b": [1, 0, 0, 0]}, 0.5),
         ("perfect", {"labels_a": [0, 1, 2, 1], "labels_b": [0, 1, 2, 1]}, 1.0),
         ("always disagree", {"labels_a": [0, 1, 0, 1], "labels_b": [1, 0, 1, 0]}, -1.0),
@@ -148,7 +148,7 @@ def _bt_margin_sign(chosen_rewards, rejected_rewards, margin=0.0):
 
 
 def bradley_terry_cases(seed: int) -> list[Case]:
-    cases = spec_cases([("spec: r_w 1, r_l 0 -> log(1 + e^-1)", {
+    cases = spec_cases([("known value: r_w 1, r_l 0 -> log(1 + e^-1)", {
         "chosen_rewards": torch.tensor([1.0]), "rejected_rewards": torch.tensor([0.0]), "margin": 0.0}, [0.31326])])
     cases.append(Case("a large wrong-way gap (r_w - r_l = -120)", {
         "chosen_rewards": torch.tensor([-60.0, 0.5]), "rejected_rewards": torch.tensor([60.0, 0.0]), "margin": 0.0}))
@@ -216,8 +216,8 @@ def dpo_cases(seed: int) -> list[Case]:
                 "ref_chosen_logps": torch.tensor([-5.0]), "ref_rejected_logps": torch.tensor([-7.0]),
                 "beta": beta, "label_smoothing": eps}
 
-    cases = spec_cases([("spec: beta 0.1, log-ratios +1 / -1", pair(1.0, -1.0, 0.1, 0.0), [0.59814]),
-                        ("spec: the same with label_smoothing 0.1", pair(1.0, -1.0, 0.1, 0.1), [0.61814])])
+    cases = spec_cases([("known value: beta 0.1, log-ratios +1 / -1", pair(1.0, -1.0, 0.1, 0.0), [0.59814]),
+                        ("known value: the same with label_smoothing 0.1", pair(1.0, -1.0, 0.1, 0.1), [0.61814])])
     cases.append(Case("a large wrong-way logit (beta h = -150)", pair(-1000.0, 500.0, 0.1, 0.0)))
     g = torch.Generator().manual_seed(seed)
     for i, (beta, eps) in enumerate([(0.1, 0.0), (0.5, 0.2), (1.0, 0.0)]):
@@ -246,7 +246,7 @@ EXERCISES = [
         hints=("p_o is easy: the mean of [a == b].",
                "p_e is the probability that two INDEPENDENT annotators with these label frequencies agree.",
                "For balanced binary labels p_e = 0.5, so kappa = 2 p_o - 1."),
-        source="Cohen (1960); spec: preferences section 1",
+        source="Cohen (1960)",
     ),
     Exercise(
         name="bradley_terry_loss", title="the Bradley-Terry reward-model loss", topic="preferences",
@@ -261,7 +261,7 @@ EXERCISES = [
         reference=bradley_terry_loss, make_cases=bradley_terry_cases, mistakes=BRADLEY_TERRY_MISTAKES,
         hints=("P(y_w beats y_l) = sigmoid(r_w - r_l); the loss is its negative log.",
                "torch.nn.functional.logsigmoid is log(sigmoid(x)) without the underflow."),
-        source="Bradley-Terry; InstructGPT (arXiv 2203.02155); spec preferences section 2",
+        source="Bradley-Terry; InstructGPT (arXiv 2203.02155)",
     ),
     Exercise(
         name="dpo_loss", title="the DPO loss (with label smoothing)", topic="preferences", difficulty="medium",
@@ -280,6 +280,6 @@ EXERCISES = [
         hints=("Four log-probs make two log-ratios; h is their difference.",
                "F.logsigmoid(beta * h) is log sigmoid without underflow.",
                "label_smoothing mixes in the loss of the flipped label, -log sigmoid(-beta h)."),
-        source="DPO (arXiv 2305.18290); TRL DPOTrainer; spec preferences section 4",
+        source="DPO (arXiv 2305.18290); TRL DPOTrainer",
     ),
 ]

@@ -91,9 +91,9 @@ def _strided_groups(rewards, num_generations):
 
 def group_advantages_cases(seed: int) -> list[Case]:
     cases = spec_cases([
-        ("spec: [1,0,0,0]", {"rewards": torch.tensor([1.0, 0, 0, 0]), "num_generations": 4},
+        ("known value: [1,0,0,0]", {"rewards": torch.tensor([1.0, 0, 0, 0]), "num_generations": 4},
          [1.4997, -0.4999, -0.4999, -0.4999]),
-        ("spec: [0,1]", {"rewards": torch.tensor([0.0, 1.0]), "num_generations": 2}, [-0.7070, 0.7070]),
+        ("known value: [0,1]", {"rewards": torch.tensor([0.0, 1.0]), "num_generations": 2}, [-0.7070, 0.7070]),
     ])
     cases += [
         Case("two groups, different spreads", {"rewards": torch.tensor([1.0, 0, 0, 0, 4, 0, 2, 2]),
@@ -190,10 +190,10 @@ def _gae_forward_order(rewards, values, mask, gamma, lam):
 def gae_cases(seed: int) -> list[Case]:
     ones = torch.ones(1, 3)
     spec = [
-        ("spec: lambda 0.95", {"rewards": torch.tensor([[0.0, 0, 1]]), "values": torch.full((1, 3), 0.5),
+        ("known value: lambda 0.95", {"rewards": torch.tensor([[0.0, 0, 1]]), "values": torch.full((1, 3), 0.5),
                                "mask": ones, "gamma": 1.0, "lam": 0.95},
          ([[0.45125, 0.475, 0.5]], [[0.95125, 0.975, 1.0]])),
-        ("spec: lambda 1", {"rewards": torch.tensor([[0.0, 0, 1]]), "values": torch.full((1, 3), 0.5),
+        ("known value: lambda 1", {"rewards": torch.tensor([[0.0, 0, 1]]), "values": torch.full((1, 3), 0.5),
                             "mask": ones, "gamma": 1.0, "lam": 1.0},
          ([[0.5, 0.5, 0.5]], [[1.0, 1.0, 1.0]])),
     ]
@@ -394,7 +394,7 @@ def _kl_k3_without_minus_one(logprobs, ref_logprobs):
 
 
 def kl_cases(seed: int) -> list[Case]:
-    cases = spec_cases([("spec: log pi -1, log pi_ref -1.5",
+    cases = spec_cases([("known value: log pi -1, log pi_ref -1.5",
                          {"logprobs": torch.tensor([[-1.0]]), "ref_logprobs": torch.tensor([[-1.5]])},
                          ([[0.5]], [[0.125]], [[0.1065]]))])
     g = _generator(seed)
@@ -444,7 +444,7 @@ def _gspo_not_detached(logprobs, old_logprobs, mask):
 
 
 def gspo_cases(seed: int) -> list[Case]:
-    cases = spec_cases([("spec: token log-ratios [0.1, -0.2, 0.4]", {
+    cases = spec_cases([("known value: token log-ratios [0.1, -0.2, 0.4]", {
         "logprobs": torch.tensor([[-1.0 + 0.1, -2.0 - 0.2, -0.5 + 0.4]]),
         "old_logprobs": torch.tensor([[-1.0, -2.0, -0.5]]), "mask": torch.ones(1, 3)},
         [[1.1052, 1.1052, 1.1052]])], tolerance=1e-3)
@@ -609,7 +609,7 @@ EXERCISES = [
         hints=("rewards.view(-1, G) puts one prompt's group on each row.",
                "torch.std divides by n - 1 by default; numpy's std divides by n.",
                "What happens to a group whose G rewards are all 1?"),
-        source="DeepSeekMath (arXiv 2402.03300); TRL GRPOTrainer; spec algorithms section 1",
+        source="DeepSeekMath (arXiv 2402.03300); TRL GRPOTrainer",
     ),
     Exercise(
         name="gae", title="GAE advantages and returns", topic="advantages", difficulty="medium", minutes=20,
@@ -629,7 +629,7 @@ EXERCISES = [
         hints=("A_t needs A_{t+1}: loop t from the last column down to 0.",
                "Keep next_value, next_advantage and not_done as (batch,) tensors, all 0 before the loop.",
                "The return of token t is A_t + V_t: one number per token."),
-        source="GAE (arXiv 1506.02438); spec algorithms section 4",
+        source="GAE (arXiv 1506.02438)",
     ),
     Exercise(
         name="whiten", title="advantage whitening", topic="advantages", difficulty="easy", minutes=10,
@@ -643,7 +643,7 @@ EXERCISES = [
         reference=whiten, make_cases=whiten_cases, mistakes=WHITEN_MISTAKES,
         hints=("values[mask.bool()] is the 1-D tensor of real values.",
                "One mean and one variance for the whole batch.", "torch.where(mask.bool(), x, 0) clears padding."),
-        source="TRL masked_whiten; OpenAI lm-human-preferences; spec algorithms section 4",
+        source="TRL masked_whiten; OpenAI lm-human-preferences",
     ),
     Exercise(
         name="clipped_policy_loss", title="the PPO/GRPO clipped surrogate with eps_low/eps_high",
@@ -677,7 +677,7 @@ EXERCISES = [
         reference=kl_estimators, make_cases=kl_cases, mistakes=KL_MISTAKES,
         hints=("All three are functions of one number per token: x = log pi_ref - log pi.",
                "k3 >= 0 always, and k3 = 0 when pi = pi_ref."),
-        source="Schulman (2020) 'Approximating KL Divergence'; DeepSeekMath; spec algorithms section 1",
+        source="Schulman (2020) 'Approximating KL Divergence'; DeepSeekMath",
     ),
     Exercise(
         name="gspo_ratio", title="GSPO's sequence-level importance ratio", topic="losses", difficulty="medium",
@@ -694,7 +694,7 @@ EXERCISES = [
         hints=("A geometric mean of ratios is exp of the mean of log-ratios.",
                "Divide by each row's own length, mask.sum(-1, keepdim=True).",
                ".expand_as(logprobs) broadcasts (batch, 1) to (batch, seq)."),
-        source="GSPO (arXiv 2507.18071); spec algorithms section 2",
+        source="GSPO (arXiv 2507.18071)",
         observe=_observe_masked_ratio,
     ),
     Exercise(
@@ -713,7 +713,7 @@ EXERCISES = [
         reference=aggregate, make_cases=aggregation_cases, mistakes=AGGREGATION_MISTAKES,
         hints=("Mask first: (per_token_loss * mask). The token count is mask.sum().",
                "Dr. GRPO's normaliser does not depend on the answers' lengths at all."),
-        source="TRL GRPOTrainer; Dr. GRPO; DAPO; spec algorithms section 3",
+        source="TRL GRPOTrainer; Dr. GRPO; DAPO",
     ),
     Exercise(
         name="clipped_value_loss", title="PPO's clipped value loss", topic="losses", difficulty="easy", minutes=10,
@@ -728,7 +728,7 @@ EXERCISES = [
         reference=clipped_value_loss, make_cases=value_loss_cases, mistakes=VALUE_MISTAKES,
         hints=("Clip around the value the rollout saw (V_old), with torch.clamp.",
                "Pessimistic: the larger of the two squared errors."),
-        source="OpenAI lm-human-preferences; TRL PPOTrainer; spec algorithms section 4",
+        source="OpenAI lm-human-preferences; TRL PPOTrainer",
         observe=_grad_of("values"),
     ),
 ]
