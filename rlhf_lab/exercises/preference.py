@@ -126,25 +126,26 @@ def kappa_cases(seed: int) -> list[Case]:
 
 
 def bradley_terry_loss(chosen_rewards: torch.Tensor, rejected_rewards: torch.Tensor, margin=0.0) -> torch.Tensor:
-    """Per-pair Bradley-Terry loss, (B,): -log sigmoid(r_w - r_l - m) (InstructGPT; Llama 2's margin m).
-    F.logsigmoid stays finite where log(sigmoid(x)) underflows to log(0) = -inf (x < -104 in float32)."""
-    return -F.logsigmoid(chosen_rewards.float() - rejected_rewards.float() - margin)  # -log sigma(r_w - r_l - m)
+    """Bradley-Terry loss, the mean over pairs of -log sigmoid(r_w - r_l - m) (InstructGPT; Llama 2's
+    margin m). Scalar, like `rlhf_lab.preferences.bradley_terry_loss`. F.logsigmoid stays finite where
+    log(sigmoid(x)) underflows to log(0) = -inf (x < -104 in float32)."""
+    return -F.logsigmoid(chosen_rewards.float() - rejected_rewards.float() - margin).mean()  # -log sigma(r_w - r_l - m)
 
 
 def _bt_naive(chosen_rewards, rejected_rewards, margin=0.0):
-    return -torch.log(torch.sigmoid(chosen_rewards - rejected_rewards - margin))
+    return -torch.log(torch.sigmoid(chosen_rewards - rejected_rewards - margin)).mean()
 
 
 def _bt_no_log(chosen_rewards, rejected_rewards, margin=0.0):
-    return -torch.sigmoid(chosen_rewards - rejected_rewards - margin)
+    return -torch.sigmoid(chosen_rewards - rejected_rewards - margin).mean()
 
 
 def _bt_swapped(chosen_rewards, rejected_rewards, margin=0.0):
-    return -F.logsigmoid(rejected_rewards - chosen_rewards - margin)
+    return -F.logsigmoid(rejected_rewards - chosen_rewards - margin).mean()
 
 
 def _bt_margin_sign(chosen_rewards, rejected_rewards, margin=0.0):
-    return -F.logsigmoid(chosen_rewards - rejected_rewards + margin)
+    return -F.logsigmoid(chosen_rewards - rejected_rewards + margin).mean()
 
 
 def bradley_terry_cases(seed: int) -> list[Case]:
@@ -252,9 +253,9 @@ EXERCISES = [
         name="bradley_terry_loss", title="the Bradley-Terry reward-model loss", topic="preferences",
         difficulty="easy", minutes=5,
         signature='''def bradley_terry_loss(chosen_rewards: torch.Tensor, rejected_rewards: torch.Tensor, margin=0.0) -> torch.Tensor:
-    """Reward-model loss per preference pair. chosen_rewards, rejected_rewards: (B,); returns (B,).
+    """Reward-model loss over B preference pairs. chosen_rewards, rejected_rewards: (B,); returns a scalar.
 
-        loss = -log sigmoid(r_w - r_l - m)
+        loss = mean over pairs of -log sigmoid(r_w - r_l - m)
 
     Must stay finite for any float32 rewards. (Bradley & Terry 1952; InstructGPT; Llama 2's margin.)
     """''',

@@ -148,13 +148,13 @@ def plot_comparison(runs: pd.DataFrame, metrics: tuple[str, ...] = ("reward_mean
                     algo: str | None = None):
     """Your run (solid) beside the reference run (dashed), one panel per metric, in the algorithm's
     colour. Returns the matplotlib Figure."""
-    import matplotlib.pyplot as plt
-
-    from ..viz import ALGO_COLORS
+    from ..viz import ALGO_COLORS, new_figure
 
     color = ALGO_COLORS.get(algo, "#000000") if algo else "#000000"
     labels = {"reward_mean": "mean reward per completion", "eval_accuracy": "held-out accuracy (fraction)"}
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.2), dpi=80, squeeze=False)
+    fig = new_figure(figsize=(5 * len(metrics), 3.2))
+    fig.set_dpi(80)
+    axes = fig.subplots(1, len(metrics), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
         for run, style in (("yours", "-"), ("reference", "--")):
             rows = runs[(runs["run"] == run) & runs[metric].notna()]
@@ -162,7 +162,7 @@ def plot_comparison(runs: pd.DataFrame, metrics: tuple[str, ...] = ("reward_mean
                 continue
             ax.plot(rows["step"], rows[metric], linestyle=style, marker="o" if metric == "eval_accuracy" else None,
                     markersize=4, color=color, label=run)
-        ax.set(xlabel="training step", ylabel=labels.get(metric, metric), title=metric)
+        ax.set(xlabel="training step", ylabel=labels.get(metric, metric),
+               title=f"{metric}: yours (solid), reference (dashed)")
         ax.legend(frameon=False)
-    fig.tight_layout()
     return fig
