@@ -7,7 +7,7 @@ files), so the learner's function replaces the package's through a subclass, not
     clipped_policy_loss  GRPO.loss                        (your surrogate is what GRPO minimises)
     gspo_ratio           GSPO.importance_ratio            (your sequence ratio drives GSPO)
     gae                  PPO.estimate_advantages          (your GAE drives PPO)
-    whiten               PPO.whiten_advantages            (your whitening drives PPO)
+    whiten               PPO.normalize_advantages         (your whitening drives PPO)
 
     from rlhf_lab.exercises import training
     runs = training.compare_with_reference("gae", my_gae, dict(steps=30))
@@ -100,9 +100,9 @@ class LearnerPPO(PPO):
             return super().estimate_advantages(token_rewards, values, mask)
         return self.learner_gae(token_rewards, values, mask, self.config.gamma, self.config.lam)
 
-    def whiten_advantages(self, advantages, mask):
+    def normalize_advantages(self, advantages, mask):
         if self.learner_whiten is None:
-            return super().whiten_advantages(advantages, mask)
+            return super().normalize_advantages(advantages, mask)
         return self.learner_whiten(advantages, mask)
 
 

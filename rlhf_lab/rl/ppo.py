@@ -98,7 +98,7 @@ class PPO(Algorithm):
             token_rewards = whiten(token_rewards, mask, shift_mean=False)
         advantages, returns = self.estimate_advantages(token_rewards, rollout.old_values, mask)
         if c.whiten_advantages:
-            advantages = self.whiten_advantages(advantages, mask)
+            advantages = self.normalize_advantages(advantages, mask)
         rollout.token_rewards, rollout.advantages, rollout.returns = token_rewards, advantages, returns
         self.last_sequence_kl = float(kl.sum(1).mean())  # KL per sequence drives the adaptive controller
 
@@ -107,7 +107,7 @@ class PPO(Algorithm):
         estimator (rlhf_lab.exercises plugs a learner's own GAE in here)."""
         return gae(token_rewards, values, mask, self.config.gamma, self.config.lam)
 
-    def whiten_advantages(self, advantages, mask):
+    def normalize_advantages(self, advantages, mask):
         """Advantages to mean 0, std 1 over the batch's real tokens (when config.whiten_advantages)."""
         return whiten(advantages, mask)
 
