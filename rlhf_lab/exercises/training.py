@@ -1,6 +1,6 @@
 """Your code trains the model: plug a learner's function into a short real RL run.
 
-Each RL exercise has a hook in the package's algorithms (rlhf_lab/rl/algorithm.py and the method
+Five RL exercises have a hook in the package's algorithms (rlhf_lab/rl/algorithm.py and the method
 files), so the learner's function replaces the package's through a subclass, not by patching:
 
     group_advantages     GRPO.outcome_advantages          (your advantages drive GRPO)
