@@ -22,7 +22,7 @@ from .model.hf import CheckpointError, from_pretrained, read_config
 from .tokenizer import CharTokenizer
 from .tokenizer import default_tokenizer as _default_tokenizer
 
-__all__ = ["CHECKPOINT_DIR", "CheckpointError", "checkpoint_folder", "load_checkpoint"]
+__all__ = ["CHECKPOINT_DIR", "CheckpointError", "checkpoint_folder", "load_checkpoint", "model_and_tokenizer"]
 
 # data/checkpoints of the repository (notebooks and the CLI run from a clone, where it sits next to
 # the package). RLHF_LAB_CHECKPOINTS points somewhere else, e.g. for a pip-installed package.
@@ -78,3 +78,13 @@ def load_checkpoint(name: str | os.PathLike, device: str | torch.device = "cpu",
             "pass default_tokenizer=True to use the lab's default CharTokenizer"
         )
     return model, tokenizer, dict(read_config(folder).get("rlhf_lab") or {})
+
+
+def model_and_tokenizer(model, tokenizer, checkpoint: str | os.PathLike):
+    """What a trainer trains: (model, tokenizer) as given, or `checkpoint` loaded when model is None.
+    A model without its tokenizer is refused (its token ids would be guessed)."""
+    if model is None:
+        model, tokenizer, _ = load_checkpoint(checkpoint)
+    if tokenizer is None:
+        raise ValueError("tokenizer is required when a model is passed")
+    return model, tokenizer

@@ -4,7 +4,7 @@
         row 0 = the model before training (held-out accuracy), once
         while steps remain and the time budget lasts:
             train_step()                 atomic: a failed step leaves no trace (the subclass's job)
-            evaluate() every config.eval_every steps, and after the last one
+            evaluation() every config.eval_every steps, and after the last one (default: evaluate())
             callbacks' on_step_end
             early_stop(row)              e.g. SFT's stop_at_accuracy
         Stop in Jupyter (KeyboardInterrupt) or a non-finite loss ends the call cleanly; `stop_reason`
@@ -17,6 +17,7 @@ row), `_snapshot()` and `_restore(snapshot)` (what a failed step must not change
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -53,7 +54,7 @@ class TrainingLoop:
                 metrics = self.train_step()
                 out_of_time = budget_end is not None and self.train_time >= budget_end
                 if c.eval_every and (self.step % c.eval_every == 0 or self.step == last_step or out_of_time):
-                    metrics["eval_accuracy"] = self.evaluate()
+                    metrics.update(self.evaluation())
                 call_hooks(self.callbacks, "on_step_end", self, metrics, self.latest_distributions())
                 self.stop_reason = self.early_stop(metrics)
                 if self.stop_reason:
@@ -100,7 +101,11 @@ class TrainingLoop:
 
     def start_row(self) -> dict:
         """Row 0 of the history: the model before training."""
-        return {"step": 0, "wall_time": 0.0, "eval_accuracy": self.evaluate()}
+        return {"step": 0, "wall_time": 0.0, **self.evaluation()}
+
+    def evaluation(self) -> dict:
+        """The columns an evaluation fills in (the held-out accuracy; DPO adds its gold metrics)."""
+        return {"eval_accuracy": self.evaluate()}
 
     def latest_distributions(self):
         """What the live histograms show for the step just done (RL), or None."""
@@ -109,6 +114,24 @@ class TrainingLoop:
     def early_stop(self, metrics: dict) -> str | None:
         """A stop reason after this step's row, or None to go on."""
         return None
+
+
+def backward_and_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, parameters, max_grad_norm: float,
+                      step: int, name: str) -> float:
+    """loss -> backward -> clip the gradient norm to max_grad_norm -> optimizer step; returns the norm
+    before clipping. A NaN/inf loss or gradient raises NonFiniteLossError before the step that would use
+    it (`train_step` then restores the weights). `name` ("SFT", "DPO") starts the error message."""
+    if not torch.isfinite(loss):
+        raise NonFiniteLossError(f"{name} loss became {loss.item()} at step {step}; training stopped and the "
+                                 f"weights were kept from step {step - 1}; lower learning_rate")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm))
+    if not math.isfinite(grad_norm):
+        raise NonFiniteLossError(f"{name} gradient norm became {grad_norm} at step {step}; training stopped and "
+                                 f"the weights were kept from step {step - 1}; lower learning_rate")
+    optimizer.step()
+    return grad_norm
 
 
 def clone_state(state: dict) -> dict:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from .callbacks import NonFiniteLossError, ProgressBar
 from .device import autocast, pick_device
 from .evaluate import greedy_accuracy
-from .loop import TrainingLoop, clone_state, optimizer_snapshot, restore_optimizer
+from .loop import TrainingLoop, backward_and_step, clone_state, optimizer_snapshot, restore_optimizer
 from .model import LlamaModel, ModelConfig
 from .schedule import learning_rate_at
 from .tasks import TASKS, get_task
@@ -239,16 +239,7 @@ class SFTTrainer(TrainingLoop):
         width = int(batch_mask.nonzero()[:, 1].max()) + 1  # trim the shared right padding
         with autocast(self.device):
             loss = completion_loss(self.model, batch_ids[:, :width], batch_mask[:, :width])
-        if not torch.isfinite(loss):
-            raise NonFiniteLossError(f"SFT loss became {loss.item()} at step {step}; training stopped and the "
-                                     f"weights were kept from step {step - 1}; lower learning_rate")
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm))
-        if not math.isfinite(grad_norm):
-            raise NonFiniteLossError(f"SFT gradient norm became {grad_norm} at step {step}; training stopped and "
-                                     f"the weights were kept from step {step - 1}; lower learning_rate")
-        self.optimizer.step()
+        grad_norm = backward_and_step(loss, self.optimizer, self.model.parameters(), c.max_grad_norm, step, "SFT")
         step_time = time.perf_counter() - t0
         self.step = step
         self.train_time += step_time

@@ -341,7 +341,7 @@ def test_dashboard_kind_and_switching_panels(tmp_path, monkeypatch):
     assert dashboard_kind(history=fake_history(2)) == "rl"
     assert dashboard_kind(SimpleNamespace(history=pd.DataFrame())) == "rl"
     with pytest.raises(ValueError, match="dashboard_kind"):
-        dashboard_kind(SimpleNamespace(dashboard_kind="dpo"))
+        dashboard_kind(SimpleNamespace(dashboard_kind="bogus"))
     # one dashboard reused: an SFT trainer (told by its columns), then an RL one
     dash = LiveDashboard(refresh_every=100, png_dir=tmp_path, raise_errors=True)
     monkeypatch.setattr(dash, "_publish", lambda step: None)

@@ -102,12 +102,9 @@ class Trainer(TrainingLoop):
         self.algorithm = algorithm or ALGORITHMS[config.algo](config)
         self.device = pick_device(config.device)
         torch.manual_seed(config.seed)
-        if model is None:
-            from ..checkpoints import load_checkpoint
+        from ..checkpoints import model_and_tokenizer
 
-            model, tokenizer, _ = load_checkpoint(config.init_checkpoint)
-        if tokenizer is None:
-            raise ValueError("tokenizer is required when a model is passed")
+        model, tokenizer = model_and_tokenizer(model, tokenizer, config.init_checkpoint)
         self.tokenizer = tokenizer
         if config.attn_implementation is not None:
             model.set_attn_implementation(config.attn_implementation)

@@ -15,9 +15,11 @@ from . import mechanisms, rope_plots  # noqa: E402,F401  (registers the RoPE and
 from .dashboard import LiveDashboard
 from .plots import (
     DASHBOARD_PANELS,
+    DPO_DASHBOARD_PANELS,
     SFT_DASHBOARD_PANELS,
     dashboard_kind,
     draw_dashboard,
+    draw_dpo_dashboard,
     draw_sft_dashboard,
     make_dashboard_axes,
     plot_dashboard,
@@ -39,8 +41,8 @@ from .widgets import (
 )
 
 __all__ = [
-    "ALGO_COLORS", "DASHBOARD_PANELS", "EXPLORERS", "METRIC_LABELS", "SFT_DASHBOARD_PANELS", "LiveDashboard",
-    "LogSlider", "algo_color", "clip_explorer", "dashboard_kind", "draw_dashboard", "draw_sft_dashboard",
+    "ALGO_COLORS", "DASHBOARD_PANELS", "DPO_DASHBOARD_PANELS", "EXPLORERS", "METRIC_LABELS", "SFT_DASHBOARD_PANELS", "LiveDashboard",
+    "LogSlider", "algo_color", "clip_explorer", "dashboard_kind", "draw_dashboard", "draw_dpo_dashboard", "draw_sft_dashboard",
     "explore", "figure_png", "in_notebook", "make_dashboard_axes", "make_explorer", "new_figure",
     "plot_clip_surrogate", "plot_dashboard", "plot_history", "plot_next_token_distribution",
     "register_explorer", "sampling_explorer", "save_training_plots", "show", "smooth",

@@ -12,6 +12,8 @@ length, truncation rate, time per step, and for the latest step the advantages, 
 prompt group, and the token- and sequence-level importance ratios. An SFT trainer (its
 `dashboard_kind` is "sft"; a trainer without the attribute is told by its history's columns) gets
 six: training loss, held-out accuracy, learning rate, gradient norm, time per step and throughput.
+A DPO trainer ("dpo") gets six: loss, implicit rewards, preference accuracy, the log-probs of the
+chosen and rejected completions, the held-out metrics and the gradient norm.
 The dashboard imports no trainer: it reads `history`, `config` and those attributes.
 
 Where the frames go:
@@ -47,7 +49,14 @@ from matplotlib.figure import Figure
 
 from ..callbacks import Callback
 from ..validation import check_choice, check_number, check_optional
-from .plots import DEFAULT_FIGSIZE, dashboard_kind, draw_dashboard, draw_sft_dashboard, make_dashboard_axes
+from .plots import (
+    DEFAULT_FIGSIZE,
+    dashboard_kind,
+    draw_dashboard,
+    draw_dpo_dashboard,
+    draw_sft_dashboard,
+    make_dashboard_axes,
+)
 from .style import figure_png, in_notebook
 
 MODES = ("auto", "notebook", "png")
@@ -150,6 +159,8 @@ class LiveDashboard(Callback):
                 self._make_panels(kind)
             if kind == "sft":
                 title = draw_sft_dashboard(self.axes, history, config, self.x)
+            elif kind == "dpo":
+                title = draw_dpo_dashboard(self.axes, history, config, self.x)
             else:
                 max_length = getattr(trainer, "max_completion_length", None)
                 title = draw_dashboard(self.axes, history, self.distributions, config, self.x, max_length)

@@ -61,12 +61,17 @@ SFT_DASHBOARD_PANELS = (
     ("loss", "eval_accuracy", "lr"),
     ("grad_norm", "step_time", "tokens_per_s"),
 )
-PANELS = {"rl": DASHBOARD_PANELS, "sft": SFT_DASHBOARD_PANELS}
+DPO_DASHBOARD_PANELS = (
+    ("loss", "implicit_rewards", "preference_accuracy"),
+    ("logps", "held_out", "grad_norm"),
+)
+PANELS = {"rl": DASHBOARD_PANELS, "sft": SFT_DASHBOARD_PANELS, "dpo": DPO_DASHBOARD_PANELS}
 DASHBOARD_KINDS = tuple(PANELS)
-DEFAULT_FIGSIZE = {"rl": (15, 9), "sft": (13, 6)}  # inches
+DEFAULT_FIGSIZE = {"rl": (15, 9), "sft": (13, 6), "dpo": (13, 6)}  # inches
 DEFAULT_METRICS = {  # what plot_history and save_training_plots show when not told
     "rl": ("reward_mean", "accuracy", "eval_accuracy", "kl_k3", "entropy", "clip_frac"),
     "sft": ("loss", "eval_accuracy", "lr", "grad_norm"),
+    "dpo": ("loss", "rewards/margins", "rewards/accuracies", "logps/chosen", "logps/rejected", "eval_accuracy"),
 }
 GROUP_RELATIVE = ("grpo", "gspo", "rloo")  # equal rewards in a group -> advantage exactly 0
 MAX_GROUPS_SHOWN = 48
@@ -121,8 +126,8 @@ _rolling_mean = smooth  # plot_history's `smooth` argument hides the function's 
 
 
 def dashboard_kind(trainer=None, history: pd.DataFrame | None = None) -> str:
-    """"rl" or "sft": the trainer's `dashboard_kind` attribute, else guessed from the history's columns
-    (an SFT history has a `loss` and no `reward_mean`)."""
+    """"rl", "sft" or "dpo": the trainer's `dashboard_kind` attribute, else guessed from the history's
+    columns (a DPO history has `rewards/margins`; an SFT history a `loss` and no `reward_mean`)."""
     kind = getattr(trainer, "dashboard_kind", None)
     if kind is not None:
         check_choice("dashboard_kind", kind, DASHBOARD_KINDS)
@@ -130,6 +135,8 @@ def dashboard_kind(trainer=None, history: pd.DataFrame | None = None) -> str:
     if history is None and trainer is not None:
         history = getattr(trainer, "history", None)
     columns = history.columns if isinstance(history, pd.DataFrame) else ()
+    if "rewards/margins" in columns:
+        return "dpo"
     return "sft" if "loss" in columns and "reward_mean" not in columns else "rl"
 
 
@@ -509,6 +516,54 @@ def draw_sft_dashboard(axes: Mapping[str, Axes], history: pd.DataFrame | None, c
     return dashboard_title(history, f"sft {task}" if task else "sft")
 
 
+# ----------------------------------------------------------------------------------------------
+# the DPO dashboard (rlhf_lab.preferences.DPOTrainer's history: TRL's metric names)
+
+
+def draw_dpo_dashboard(axes: Mapping[str, Axes], history: pd.DataFrame | None, config=None,
+                       x: str = "step") -> str:
+    """Clear and redraw the six DPO panels: loss, implicit rewards, preference accuracy, the log-probs
+    of chosen and rejected completions, the held-out metrics, the gradient norm. Returns the title."""
+    history = history if history is not None else pd.DataFrame({"step": []})
+    loss_type = config_value(config, "loss_type", "sigmoid")
+    name = "ipo" if loss_type == "ipo" else "dpo"
+    color = algo_color(name)
+    empty = "no training step yet"
+    with matplotlib.rc_context(COMPACT_RC):
+        for ax in axes.values():
+            reset_axes(ax)
+        draw_lines(axes["loss"], history, [("loss", "-")], f"{name.upper()} loss (mean over the batch)",
+                   "loss", x, color, empty=empty)
+        draw_lines(axes["implicit_rewards"], history, [("rewards/chosen", "-"), ("rewards/rejected", "--"),
+                                                       ("rewards/margins", ":")],
+                   "implicit reward: chosen solid, rejected dashed, margin dotted", "beta * log(pi / pi_ref)",
+                   x, color, empty=empty)
+        accuracy = axes["preference_accuracy"]
+        draw_lines(accuracy, history, [("rewards/accuracies", "-")],
+                   "pairs ranked right: batch (line), held-out (dots)", "fraction of pairs", x, color, empty=empty)
+        held_out_pairs, xs = column(history, "eval_rewards/accuracies"), x_values(history, x)
+        if held_out_pairs is not None:
+            finite = np.isfinite(held_out_pairs) & np.isfinite(xs)
+            accuracy.plot(xs[finite], held_out_pairs[finite], linestyle=":", marker="o", markersize=4, color=color,
+                          markeredgecolor="black")
+        accuracy.set_ylim(-0.03, 1.03)
+        draw_lines(axes["logps"], history, [("logps/chosen", "-"), ("logps/rejected", "--")],
+                   "log pi(completion): chosen solid, rejected dashed", "nats per completion", x, color,
+                   empty=empty)
+        held_out = axes["held_out"]
+        draw_eval_accuracy(held_out, history, x, color)
+        gold = column(history, "eval_gold_reward")
+        if gold is not None:
+            finite = np.isfinite(gold) & np.isfinite(xs)
+            held_out.plot(xs[finite], gold[finite], linestyle="--", marker="s", markersize=4, color=color,
+                          markeredgecolor="black")
+            held_out.set_title(f"held-out greedy: accuracy (dots) {column(history, 'eval_accuracy')[finite][-1]:.1%}, "
+                               f"gold reward (squares) {gold[finite][-1]:.3f}")
+            held_out.set_ylabel("fraction correct / mean gold reward")
+        draw_grad_norm(axes["grad_norm"], history, x, color, config)
+    return dashboard_title(history, name)
+
+
 def dashboard_title(history: pd.DataFrame, algo: str | None) -> str:
     name = (algo or "run").upper()
     steps = column(history, "step")
@@ -531,12 +586,15 @@ def plot_dashboard(history: pd.DataFrame | None, distributions=None, config=None
                    algo: str | None = None, max_length: int | None = None,
                    figsize: tuple[float, float] | None = None, kind: str | None = None) -> Figure:
     """Every dashboard panel for a finished (or running) run, as one static Figure: 12 axes for an RL
-    history, 6 for an SFT one (`kind` "rl" | "sft"; default: guessed from the history's columns)."""
+    history, 6 for an SFT or a DPO one (`kind` "rl" | "sft" | "dpo"; default: guessed from the history's
+    columns)."""
     kind = kind or dashboard_kind(history=history)
     fig = new_figure(figsize or DEFAULT_FIGSIZE[kind], layout=None)
     axes = make_dashboard_axes(fig, kind)
     if kind == "sft":
         title = draw_sft_dashboard(axes, history, config, x)
+    elif kind == "dpo":
+        title = draw_dpo_dashboard(axes, history, config, x)
     else:
         title = draw_dashboard(axes, history, distributions, config, x, max_length, algo)
     fig.suptitle(title, fontsize=11)

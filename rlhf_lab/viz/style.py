@@ -24,6 +24,9 @@ ALGO_COLORS: dict[str, str] = {
     "rloo": "#cc79a7",  # reddish purple
     "reinforce": "#e69f00",  # orange
     "remax": "#56b4e9",  # sky blue
+    # preference optimisation: Paul Tol's colour-blind-safe "muted" wine and teal (Okabe & Ito's set is used up)
+    "dpo": "#882255",  # wine
+    "ipo": "#44aa99",  # teal
 }
 FALLBACK_COLORS = ("#000000", "#f0e442", "#7f7f7f", "#8c564b")  # runs whose name is no algorithm
 SFT_COLOR = "#000000"  # the SFT dashboard's curves: supervised learning is the baseline RL starts from
@@ -69,6 +72,16 @@ METRIC_LABELS: dict[str, str] = {
     "lr": "learning rate",
     "tokens_per_s": "throughput (completion tokens/s)",
     "mem_peak_bytes": "peak memory (bytes)",
+    # DPO (TRL's names): implicit rewards beta * log(pi / pi_ref) and sequence log-probs
+    "rewards/chosen": "implicit reward of chosen",
+    "rewards/rejected": "implicit reward of rejected",
+    "rewards/margins": "implicit reward margin (chosen - rejected)",
+    "rewards/accuracies": "pairs ranked right (fraction)",
+    "logps/chosen": "log pi(chosen) (nats per completion)",
+    "logps/rejected": "log pi(rejected) (nats per completion)",
+    "eval_gold_reward": "held-out gold reward (mean, greedy)",
+    "eval_rewards/accuracies": "held-out pairs ranked right (fraction)",
+    "pairs": "pairs per step",
 }
 
 

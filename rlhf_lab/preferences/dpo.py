@@ -1,0 +1,474 @@
+"""DPO and IPO: learn from preference pairs directly, without a reward model or a sampling loop.
+
+DPO (Rafailov et al. 2023, arXiv 2305.18290) shows that the policy maximising
+E[r] - beta KL(pi || pi_ref) makes r(x, y) = beta log pi(y|x)/pi_ref(y|x) + const, so the Bradley-Terry
+likelihood of the preferences can be written with the policy itself in place of a reward model.
+For a pair (x, y_w chosen, y_l rejected), with log pi(y|x) summed over the completion's tokens:
+
+    r_hat(x, y) = beta * (log pi(y|x) - log pi_ref(y|x))                      implicit reward
+    h           = [log pi(y_w) - log pi_ref(y_w)] - [log pi(y_l) - log pi_ref(y_l)]
+    "sigmoid"   loss = -log sigmoid(beta h)                                  DPO, eq. 7
+    label_smoothing eps:  -(1 - eps) log sigmoid(beta h) - eps log sigmoid(-beta h)   conservative DPO
+    "ipo"       loss = (h - 1 / (2 beta))^2                                  IPO (Azar et al. 2023, eq. 17)
+
+Names are TRL's DPOTrainer / DPOConfig ones (`beta`, `loss_type`, `label_smoothing`; the metrics
+`rewards/chosen`, `rewards/rejected`, `rewards/margins`, `rewards/accuracies`, `logps/chosen`,
+`logps/rejected`).
+
+Which log-probabilities IPO uses: the IPO paper writes sums over tokens, as DPO does; TRL's
+`loss_type="ipo"` divides each completion's summed log-prob by its number of tokens before forming h
+(`DPOTrainer.concatenated_forward`, TRL v0.16-v0.19). The lab follows TRL: with loss_type="ipo" the
+trainer averages over completion tokens (and so do its implicit rewards); `ipo_loss` itself takes
+whatever log-probs it is given. The `logps/*` metrics are always the summed log-probs: the
+log-probability of the whole completion.
+
+    trainer = DPOTrainer(DPOConfig(beta=0.1), pairs=pairs)        # offline: the fixed pairs
+    trainer = DPOTrainer(DPOConfig(online=True), judge=reward_model)  # online: fresh pairs each step
+    trainer.train(steps=100)
+    trainer.history[["rewards/margins", "logps/chosen", "logps/rejected"]]
+
+The reference model's log-probs of every offline pair are computed once, at construction (pi_ref
+never changes); an online step scores its fresh pairs under pi_ref as it makes them.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from ..device import autocast, pick_device
+from ..evaluate import completion_budget, greedy_accuracy
+from ..loop import TrainingLoop, backward_and_step, clone_state, optimizer_snapshot, restore_optimizer
+from ..rl.rollout import Rollout, encode_rollout, policy_forward, sample_and_score
+from ..sampling import SamplingConfig
+from ..schedule import learning_rate_at
+from ..tasks import TASKS, get_task
+from ..tasks.jsonl import SPLIT_N_TRAIN
+from ..validation import check_bool, check_choice, check_number, check_optional
+
+LOSS_TYPES = ("sigmoid", "ipo")  # TRL's names: "sigmoid" is DPO's loss
+
+# ----------------------------------------------------------------------------------------------
+# the losses (pure functions of four (B,) tensors of sequence log-probs)
+
+
+def check_loss_settings(beta, loss_type: str = "sigmoid", label_smoothing=0.0) -> None:
+    check_number("beta", beta, low=0, low_open=True)
+    check_choice("loss_type", loss_type, LOSS_TYPES)
+    # eps = 0.5 would weigh "y_w wins" and "y_l wins" equally: no preference left to learn
+    check_number("label_smoothing", label_smoothing, low=0, high=0.5, high_open=True)
+    if loss_type == "ipo" and label_smoothing:
+        raise ValueError(f"label_smoothing must be 0 with loss_type='ipo' (it is conservative DPO's, for "
+                         f"loss_type='sigmoid'), got {label_smoothing!r}")
+
+
+def preference_logits(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Tensor,
+                      ref_chosen_logps: torch.Tensor, ref_rejected_logps: torch.Tensor) -> torch.Tensor:
+    """h = [log pi(y_w) - log pi_ref(y_w)] - [log pi(y_l) - log pi_ref(y_l)], (B,): how much more the
+    policy (relative to the reference) prefers the chosen completion than the rejected one.
+    TRL calls it `logits`."""
+    return (policy_chosen_logps - ref_chosen_logps) - (policy_rejected_logps - ref_rejected_logps)
+
+
+def implicit_rewards(policy_logps: torch.Tensor, ref_logps: torch.Tensor, beta: float) -> torch.Tensor:
+    """DPO's implicit reward r_hat(x, y) = beta * (log pi(y|x) - log pi_ref(y|x)), same shape as the inputs.
+    The reward model hidden in the policy; 0 for every completion before training (pi = pi_ref)."""
+    check_number("beta", beta, low=0, low_open=True)
+    return beta * (policy_logps - ref_logps)
+
+
+def ipo_loss(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Tensor,
+             ref_chosen_logps: torch.Tensor, ref_rejected_logps: torch.Tensor, beta: float = 0.1) -> torch.Tensor:
+    """IPO's loss per pair, (B,): (h - 1 / (2 beta))^2 (Azar et al. 2023, eq. 17; beta is their tau).
+
+    A squared loss with a finite target: h is pulled to 1/(2 beta) and no further, where DPO's
+    -log sigmoid(beta h) keeps rewarding a larger h (so a pair that is always won can be pushed to
+    h -> infinity, the overfitting IPO was written to prevent)."""
+    check_number("beta", beta, low=0, low_open=True)
+    h = preference_logits(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps)
+    return (h - 1 / (2 * beta)) ** 2
+
+
+def dpo_loss(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Tensor,
+             ref_chosen_logps: torch.Tensor, ref_rejected_logps: torch.Tensor, beta: float = 0.1,
+             loss_type: str = "sigmoid", label_smoothing: float = 0.0) -> torch.Tensor:
+    """The preference loss per pair, (B,) (take `.mean()` for a batch's loss).
+
+    Args:
+        policy_chosen_logps, policy_rejected_logps: (B,) log pi(y_w|x), log pi(y_l|x) under the policy
+            being trained (summed over completion tokens; averaged for TRL's IPO, see the module docstring).
+        ref_chosen_logps, ref_rejected_logps: (B,) the same under the frozen reference pi_ref.
+        beta: the KL strength of the objective the loss optimises; a larger beta keeps pi closer to pi_ref.
+        loss_type: "sigmoid" (DPO) or "ipo".
+        label_smoothing: eps, the assumed probability that a label is flipped (conservative DPO,
+            Mitchell 2023); "sigmoid" only.
+    """
+    check_loss_settings(beta, loss_type, label_smoothing)
+    if loss_type == "ipo":
+        return ipo_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, beta)
+    h = preference_logits(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps)
+    eps = label_smoothing
+    # -(1 - eps) log sigmoid(beta h) - eps log sigmoid(-beta h); logsigmoid is exact for large |beta h|
+    return -(1 - eps) * F.logsigmoid(beta * h) - eps * F.logsigmoid(-beta * h)
+
+
+# ----------------------------------------------------------------------------------------------
+# sequence log-probs of pairs
+
+
+def pair_texts(pair) -> tuple[str, str, str]:
+    """(prompt, chosen, rejected) of a pair: an object with those attributes or a 3-tuple."""
+    if all(hasattr(pair, name) for name in ("prompt", "chosen", "rejected")):
+        return pair.prompt, pair.chosen, pair.rejected
+    if isinstance(pair, (tuple, list)) and len(pair) == 3:
+        return tuple(pair)
+    raise ValueError(f"a pair must have prompt, chosen and rejected (attributes or a 3-tuple), got {pair!r}")
+
+
+def encode_pairs(tokenizer, pairs: Sequence, device=None) -> Rollout:
+    """The pairs as one Rollout of 2B rows (no sampling): rows 0..B-1 the chosen completions, rows
+    B..2B-1 the rejected ones, prompts left-padded (`rl.encode_rollout`). A completion ends with EOS
+    unless its pair says it was cut off (`chosen_finished` / `rejected_finished` False): the EOS is
+    part of what the policy chose, and its log-prob counts."""
+    if not pairs:
+        raise ValueError("pairs must hold at least one (prompt, chosen, rejected) pair, got none")
+    prompts, chosen, rejected = zip(*(pair_texts(p) for p in pairs))
+    finished = ([bool(getattr(p, "chosen_finished", True)) for p in pairs]
+                + [bool(getattr(p, "rejected_finished", True)) for p in pairs])
+    return encode_rollout(tokenizer, list(prompts) * 2, list(chosen) + list(rejected), finished, device=device)
+
+
+def sequence_logprobs(model, rollout: Rollout, chunk_size: int | None = None) -> torch.Tensor:
+    """log pi(y|x) of every row's completion, (N,): the token log-probs (EOS included) summed over the
+    completion mask. Under autocast on a GPU; float32 log-softmax. `chunk_size` rows per forward
+    (no-grad scoring of many pairs); None: one forward, with gradient if enabled."""
+    if chunk_size is None:
+        with autocast(rollout.input_ids.device):
+            token_logps = policy_forward(model, rollout).logprobs  # (N, T)
+        return (token_logps * rollout.completion_mask).sum(1)
+    rows = torch.arange(len(rollout), device=rollout.input_ids.device)
+    return torch.cat([sequence_logprobs(model, rollout.select(part)) for part in rows.split(chunk_size)])
+
+
+@torch.no_grad()
+def greedy_scores(model, tokenizer, task, examples: Sequence, reward_fn, max_new_tokens: int | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(exact match (N,) 0/1, `reward_fn` (N,)) of `model`'s greedy completions of `examples`, from one
+    generation: the held-out gold metric of any policy (DPO's, or an RL `Trainer.policy`)."""
+    greedy = SamplingConfig(do_sample=False, max_new_tokens=max_new_tokens or completion_budget(examples))
+    was_training = model.training
+    model.eval()
+    try:
+        rollout = sample_and_score(model, tokenizer, examples, 1, greedy, reward_fn, task)
+    finally:
+        model.train(was_training)
+    return rollout.correct.cpu(), rollout.rewards.cpu()
+
+
+@torch.no_grad()
+def sampled_kl(policy, ref_model, tokenizer, task, examples: Sequence, num_generations: int = 4,
+               temperature: float = 1.0, max_new_tokens: int | None = None, seed: int = 0) -> torch.Tensor:
+    """KL(pi || pi_ref) per prompt, (len(examples),) in nats per completion: the mean over
+    `num_generations` samples y ~ pi of log pi(y|x) - log pi_ref(y|x) (the k1 estimator, unbiased;
+    a single value can be negative). How far DPO moved the policy, the quantity beta prices."""
+    sampling = SamplingConfig(do_sample=True, temperature=temperature,
+                              max_new_tokens=max_new_tokens or completion_budget(examples))
+    was_training = policy.training
+    policy.eval()
+    try:
+        rollout = sample_and_score(policy, tokenizer, examples, num_generations, sampling, lambda *args: 0.0, task,
+                                   torch.Generator(policy.device).manual_seed(seed))
+        log_ratio = sequence_logprobs(policy, rollout, 256) - sequence_logprobs(ref_model, rollout, 256)
+    finally:
+        policy.train(was_training)
+    return log_ratio.view(-1, num_generations).mean(1).cpu()
+
+
+# ----------------------------------------------------------------------------------------------
+# the trainer
+
+
+@dataclass
+class DPOConfig:
+    """Settings of one DPO / IPO run (names from TRL's DPOConfig where it has them)."""
+
+    beta: float = 0.1  # TRL's default; IPO's tau
+    loss_type: str = "sigmoid"  # "sigmoid" (DPO) | "ipo"
+    label_smoothing: float = 0.0  # conservative DPO's eps, in [0, 0.5)
+    # --- where we start
+    init_checkpoint: str = "addition_rl_start"  # policy and reference (a shipped checkpoint name or a folder)
+    task: str = "addition"  # held-out evaluation, and the prompts of online DPO
+    task_params: dict = field(default_factory=lambda: {"digits": 3})
+    n_train: int = SPLIT_N_TRAIN  # the split every lab trainer uses: the same held-out test set
+    n_test: int = 500
+    # --- online DPO: fresh pairs from the current policy, labelled by a judge (a reward model)
+    online: bool = False
+    temperature: float = 1.0  # sampling temperature of online pairs
+    max_completion_length: int | None = None  # None: the task's longest answer + EOS + 2
+    # --- optimisation
+    batch_size: int = 32  # pairs per step (online: prompts per step, two samples each)
+    learning_rate: float = 1e-4
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    # --- schedule and bookkeeping
+    steps: int = 100
+    time_budget: float | None = None  # seconds of training wall time (evaluation excluded)
+    eval_every: int = 20  # 0: never evaluate
+    eval_examples: int = 200
+    seed: int = 0  # batch order and online sampling
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        check_loss_settings(self.beta, self.loss_type, self.label_smoothing)
+        check_choice("task", self.task, tuple(sorted(TASKS)))
+        if not isinstance(self.task_params, dict):
+            raise ValueError(f"task_params must be a dict, got {self.task_params!r}")
+        check_bool("online", self.online)
+        check_number("temperature", self.temperature, low=0, low_open=True)
+        check_optional(check_number, "max_completion_length", self.max_completion_length, low=1, integer=True)
+        for name in ("n_train", "n_test", "batch_size", "eval_examples"):
+            check_number(name, getattr(self, name), low=1, integer=True)
+        for name in ("warmup_steps", "steps", "eval_every", "seed"):
+            check_number(name, getattr(self, name), low=0, integer=True)
+        check_number("learning_rate", self.learning_rate, low=0, low_open=True)
+        check_number("weight_decay", self.weight_decay, low=0)
+        check_number("max_grad_norm", self.max_grad_norm, low=0, low_open=True)
+        check_optional(check_number, "time_budget", self.time_budget, low=0, low_open=True)
+        get_task(self.task, **self.task_params)  # validates the task's own parameters
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+HISTORY_COLUMNS = (
+    "step", "wall_time", "step_time", "loss", "rewards/chosen", "rewards/rejected", "rewards/margins",
+    "rewards/accuracies", "logps/chosen", "logps/rejected", "eval_accuracy", "eval_gold_reward",
+    "eval_rewards/accuracies", "eval_rewards/margins", "eval_logps/chosen", "eval_logps/rejected", "pairs",
+    "grad_norm", "lr",
+)
+
+
+class DPOTrainer(TrainingLoop):
+    """DPO / IPO fine-tuning of `model` (default: `config.init_checkpoint`) on preference pairs.
+
+    Args:
+        config: the run's settings.
+        model, tokenizer: the policy to train (moved to `config.device`); its frozen copy is pi_ref.
+            None loads `config.init_checkpoint`.
+        pairs: offline training pairs: objects with `prompt`, `chosen`, `rejected` (e.g. the shipped
+            `PreferencePair`s) or (prompt, chosen, rejected) tuples. Required unless `config.online`.
+        judge: online DPO's labeller: a reward callable (prompt, completion, answer, finished) -> float or
+            an object with `score_batch` (a reward model). Of two samples the higher-scored is chosen;
+            ties (often two identical samples) are dropped.
+        gold_fn: the held-out gold metric: a reward callable scoring the greedy completions of
+            `eval_examples` (column `eval_gold_reward`); None: no gold column.
+        eval_pairs: held-out pairs, oriented by the gold preference: `eval_rewards/accuracies` is the
+            fraction whose implicit reward ranks them as gold does (ties count half).
+        train_examples: online DPO's prompts (task `Example`s); default the task's training split.
+        eval_examples: held-out `Example`s; default the first `config.eval_examples` of the test split.
+        callbacks: `rlhf_lab.callbacks.Callback`s (LiveDashboard, ProgressBar, ...).
+
+    After `train()`: `history` (row 0 = the model before training; TRL's metric names), `step`,
+    `train_time` and `stop_reason`, as for the other trainers.
+    """
+
+    dashboard_kind = "dpo"  # LiveDashboard draws the DPO panels for this trainer
+
+    def __init__(self, config: DPOConfig, model=None, tokenizer=None, pairs: Sequence | None = None, judge=None,
+                 gold_fn=None, eval_pairs: Sequence | None = None, train_examples: Sequence | None = None,
+                 eval_examples: Sequence | None = None, callbacks=()) -> None:
+        self.config = config
+        self.device = pick_device(config.device)
+        torch.manual_seed(config.seed)
+        from ..checkpoints import model_and_tokenizer
+
+        model, tokenizer = model_and_tokenizer(model, tokenizer, config.init_checkpoint)
+        if config.online and judge is None:
+            raise ValueError("judge is required when config.online is True: it labels the fresh pairs")
+        if not config.online and not pairs:
+            raise ValueError("pairs must hold at least one (prompt, chosen, rejected) pair when config.online "
+                             "is False")
+        self.tokenizer = tokenizer
+        self.model = model.to(self.device).train()
+        self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.judge, self.gold_fn = judge, gold_fn
+        self.task = get_task(config.task, **config.task_params)
+        train, test = self.task.make_split(0, config.n_train, config.n_test)  # data seed fixed, as in RL
+        self.train_examples = list(train if train_examples is None else train_examples)
+        self.eval_examples = list(test[: config.eval_examples] if eval_examples is None else eval_examples)
+        self.max_completion_length = config.max_completion_length or completion_budget(self.train_examples)
+        self.sampling = SamplingConfig(do_sample=True, temperature=config.temperature,
+                                       max_new_tokens=self.max_completion_length)
+        self.pairs = list(pairs or [])
+        self.eval_pairs = list(eval_pairs or [])
+        # pi_ref is frozen: the log-probs of every fixed pair are computed here, once.
+        self.pair_rollout = self.pair_ref_logps = None
+        if self.pairs:
+            self.pair_rollout = encode_pairs(tokenizer, self.pairs, self.device)
+            self.pair_ref_logps = self.reference_logprobs(self.pair_rollout)  # (2B,)
+        self.eval_rollout = self.eval_ref_logps = None
+        if self.eval_pairs:
+            self.eval_rollout = encode_pairs(tokenizer, self.eval_pairs, self.device)
+            self.eval_ref_logps = self.reference_logprobs(self.eval_rollout)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate,
+                                           weight_decay=config.weight_decay, betas=(0.9, 0.99))
+        self.batch_generator = torch.Generator().manual_seed(config.seed)  # pair order / online prompts
+        self.sample_generator = torch.Generator(self.device).manual_seed(config.seed)  # online samples
+        self.callbacks = list(callbacks)
+        self.rows: list[dict] = []
+        self.step = 0
+        self.train_time = 0.0
+        self.stop_reason: str | None = None
+
+    # ------------------------------------------------------------------------------------------
+    # Public API
+
+    @property
+    def history(self) -> pd.DataFrame:
+        frame = pd.DataFrame(self.rows)
+        ordered = [c for c in HISTORY_COLUMNS if c in frame.columns]
+        frame = frame[ordered + [c for c in frame.columns if c not in ordered]]
+        frame.attrs["config"] = asdict(self.config)
+        return frame
+
+    @property
+    def policy(self):
+        """The model being trained (the RL `Trainer`'s name for it)."""
+        return self.model
+
+    @torch.no_grad()
+    def reference_logprobs(self, rollout: Rollout) -> torch.Tensor:
+        """log pi_ref(y|x) of every row, (N,), summed over the completion tokens."""
+        return sequence_logprobs(self.ref_model, rollout, chunk_size=256)
+
+    def loss_inputs(self, policy_logps: torch.Tensor, ref_logps: torch.Tensor, lengths: torch.Tensor):
+        """The (policy, reference) log-probs the loss and the implicit rewards use, (2B,) each: the sums,
+        or for loss_type="ipo" the per-token means (TRL's convention, see the module docstring)."""
+        if self.config.loss_type == "ipo":
+            return policy_logps / lengths, ref_logps / lengths
+        return policy_logps, ref_logps
+
+    @torch.no_grad()
+    def pair_metrics(self, rollout: Rollout, ref_logps: torch.Tensor | None = None) -> dict:
+        """TRL's metrics for a fixed set of pairs under the current policy (no training): the implicit
+        rewards' accuracy (ties count half) and margin, and the mean summed log-probs of the chosen and
+        of the rejected completions. `rollout` from `encode_pairs`; `ref_logps` (2B,) from
+        `reference_logprobs(rollout)`, computed here when not given."""
+        ref_logps = self.reference_logprobs(rollout) if ref_logps is None else ref_logps
+        logps = sequence_logprobs(self.model, rollout, chunk_size=256)
+        policy, ref = self.loss_inputs(logps, ref_logps, rollout.lengths)
+        rewards = implicit_rewards(policy, ref, self.config.beta)
+        B = len(rewards) // 2
+        margins = rewards[:B] - rewards[B:]
+        wins = (margins > 0).float() + 0.5 * (margins == 0).float()
+        return {"rewards/accuracies": wins.mean().item(), "rewards/margins": margins.mean().item(),
+                "logps/chosen": logps[:B].mean().item(), "logps/rejected": logps[B:].mean().item()}
+
+    def evaluate(self, examples: Sequence | None = None) -> float:
+        """Held-out greedy exact-match accuracy on `examples` (default `eval_examples`)."""
+        return greedy_accuracy(self.model, self.tokenizer, self.task, examples or self.eval_examples,
+                               max_new_tokens=self.max_completion_length)
+
+    @torch.no_grad()
+    def evaluation(self) -> dict:
+        """eval_accuracy, and the gold metrics when given: eval_gold_reward (mean gold reward of the greedy
+        completions), and `pair_metrics` of `eval_pairs` prefixed with eval_ (eval_rewards/accuracies...)."""
+        if self.gold_fn is None:
+            out = {"eval_accuracy": self.evaluate()}
+        else:
+            correct, gold = greedy_scores(self.model, self.tokenizer, self.task, self.eval_examples, self.gold_fn,
+                                          self.max_completion_length)
+            out = {"eval_accuracy": correct.mean().item(), "eval_gold_reward": gold.mean().item()}
+        if self.eval_rollout is not None:
+            out.update({f"eval_{k}": v for k, v in self.pair_metrics(self.eval_rollout, self.eval_ref_logps).items()})
+        return out
+
+    def save(self, folder):
+        """The policy as a Hugging Face folder plus history.csv beside it."""
+        from ..model import save_pretrained
+
+        folder = save_pretrained(self.model, folder, tokenizer=self.tokenizer,
+                                 metadata={"algo": f"dpo-{self.config.loss_type}", "step": self.step})
+        self.history.to_csv(folder / "history.csv", index=False)
+        return folder
+
+    # ------------------------------------------------------------------------------------------
+    # One step
+
+    def offline_batch(self) -> tuple[Rollout, torch.Tensor]:
+        """`batch_size` fixed pairs drawn with replacement: (rollout of 2B rows, pi_ref log-probs (2B,))."""
+        M = len(self.pairs)
+        index = torch.randint(0, M, (self.config.batch_size,), generator=self.batch_generator).to(self.device)
+        rows = torch.cat([index, index + M])  # chosen rows, then the same pairs' rejected rows
+        return self.pair_rollout.select(rows), self.pair_ref_logps[rows]
+
+    @torch.no_grad()
+    def online_batch(self) -> tuple[Rollout, torch.Tensor]:
+        """Fresh pairs: two samples per prompt from the current policy, the judge's higher-scored one
+        chosen; pairs the judge scores equal are dropped. Returns (rollout of 2B' rows, pi_ref log-probs)."""
+        index = torch.randint(len(self.train_examples), (self.config.batch_size,), generator=self.batch_generator)
+        examples = [self.train_examples[i] for i in index.tolist()]
+        self.model.eval()
+        try:
+            samples = sample_and_score(self.model, self.tokenizer, examples, 2, self.sampling, self.judge, self.task,
+                                       self.sample_generator)  # rows 2b, 2b + 1 answer prompt b
+        finally:
+            self.model.train()
+        scores = samples.rewards.view(-1, 2)
+        first_wins = scores[:, 0] > scores[:, 1]
+        keep = (scores[:, 0] != scores[:, 1]).nonzero().squeeze(1)
+        base = 2 * keep
+        chosen = base + (~first_wins[keep]).long()
+        rejected = base + first_wins[keep].long()
+        pairs = samples.select(torch.cat([chosen, rejected]))
+        return pairs, self.reference_logprobs(pairs)
+
+    def _snapshot(self):
+        return (clone_state(self.model.state_dict()), optimizer_snapshot(self.optimizer),
+                self.batch_generator.get_state(), self.sample_generator.get_state())
+
+    def _restore(self, snapshot) -> None:
+        weights, optimizer, batch_state, sample_state = snapshot
+        self.model.load_state_dict(weights)
+        restore_optimizer(self.optimizer, optimizer)
+        self.batch_generator.set_state(batch_state)
+        self.sample_generator.set_state(sample_state)
+
+    def _step(self) -> dict:
+        c = self.config
+        step = self.step + 1
+        lr = learning_rate_at(step, c.learning_rate, c.warmup_steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        t0 = time.perf_counter()
+        batch, ref_logps = self.online_batch() if c.online else self.offline_batch()
+        B = len(batch) // 2
+        row = {"step": step, "pairs": B, "eval_accuracy": math.nan, "lr": lr}
+        if B == 0:  # online, every pair a tie: nothing to learn from this step
+            self.step = step
+            self.train_time += time.perf_counter() - t0
+            return {**row, "wall_time": self.train_time, "step_time": time.perf_counter() - t0, "loss": math.nan}
+        logps = sequence_logprobs(self.model, batch)  # (2B,) with gradient
+        policy, ref = self.loss_inputs(logps, ref_logps, batch.lengths)
+        loss = dpo_loss(policy[:B], policy[B:], ref[:B], ref[B:], c.beta, c.loss_type, c.label_smoothing).mean()
+        grad_norm = backward_and_step(loss, self.optimizer, self.model.parameters(), c.max_grad_norm, step,
+                                      c.loss_type.replace("sigmoid", "dpo").upper())
+        step_time = time.perf_counter() - t0
+        self.step = step
+        self.train_time += step_time
+        rewards = implicit_rewards(policy.detach(), ref, c.beta)  # (2B,) as the loss saw them
+        chosen, rejected = rewards[:B], rewards[B:]
+        return {**row, "wall_time": self.train_time, "step_time": step_time, "loss": loss.item(),
+                "rewards/chosen": chosen.mean().item(), "rewards/rejected": rejected.mean().item(),
+                "rewards/margins": (chosen - rejected).mean().item(),
+                "rewards/accuracies": (chosen > rejected).float().mean().item(),
+                "logps/chosen": logps[:B].detach().mean().item(), "logps/rejected": logps[B:].detach().mean().item(),
+                "grad_norm": grad_norm}
