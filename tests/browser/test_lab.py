@@ -21,7 +21,7 @@ import lab_ui as ui
 import pytest
 
 NOTEBOOKS = sorted(p.name for p in ui.NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
-DASHBOARD_CELL = "LiveDashboard()"  # the source text that finds 00_welcome's GRPO cell
+DASHBOARD_CELL = "callbacks=[LiveDashboard("  # the source text that finds 00_welcome's GRPO cell
 MIN_FRAME_CHANGES = 3
 STOP_MESSAGE = re.compile(r"Training interrupted after step (\d+); model and history are intact")
 CONTINUE_MESSAGE = re.compile(r"Continuing the run of this cell from step (\d+)")
@@ -145,7 +145,8 @@ def test_welcome_stop_ends_run_all_and_rerun_continues(page, lab, screenshots_di
     ui.wait_for_kernel_idle(page)
     cells = ui.cells(page)
     output = cells[index]["output"]
-    shot(page, screenshots_dir, "welcome_after_stop", ui.cell_locator(page, index))
+    ui.cell_locator(page, index).locator(".jp-OutputArea-child").last.scroll_into_view_if_needed()
+    shot(page, screenshots_dir, "welcome_after_stop")  # the messages under the last frame
     stopped = STOP_MESSAGE.search(output)
     assert stopped, f"no 'interrupted ... intact' message after Stop; the cell shows: {output[-600:]!r}"
     step = int(stopped.group(1))
