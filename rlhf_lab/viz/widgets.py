@@ -116,7 +116,7 @@ def _control(spec, default):
         control = ipywidgets.interactive.widget_from_abbrev(spec, start)
     if hasattr(control, "continuous_update"):
         control.continuous_update = False
-    control.style.description_width = "initial"  # the full name, never "temperat..."
+    control.style.description_width = "initial"  # the full name, never "temperat..." (make_explorer aligns them)
     control.layout.width = SLIDER_WIDTH
     return control
 
@@ -156,6 +156,9 @@ def make_explorer(plot_fn: Callable[..., Figure], fixed: dict | None = None, use
     defaults = {name: None if parameter.default is inspect.Parameter.empty else parameter.default
                 for name, parameter in parameters.items()}
     controls = {name: _control(spec, defaults[name]) for name, spec in sliders.items()}
+    label_width = f"{max(len(name) for name in controls) * 8 + 12}px" if controls else "initial"
+    for control in controls.values():  # one label column: the tracks start and end together
+        control.style.description_width = label_width
     return ipywidgets.interactive(show, **controls)
 
 
