@@ -107,15 +107,25 @@ def write_lab_settings(settings_dir: Path) -> None:
         path.write_text(json.dumps(values))
 
 
+SCREENSHOTS = Path(os.environ.get("RLHF_LAB_SCREENSHOTS", REPO / "tests" / "browser" / "screenshots"))
+_used_screenshots: list[Path] = []  # set when a test asks for the folder
+
+
 @pytest.fixture(scope="session")
 def screenshots_dir():
-    folder = Path(os.environ.get("RLHF_LAB_SCREENSHOTS", REPO / "tests" / "browser" / "screenshots"))
-    folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.glob("*.png"):
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    for old in SCREENSHOTS.glob("*.png"):  # only this session's pictures
         old.unlink()
-    yield folder
-    files = sorted(p.name for p in folder.glob("*.png"))
-    print(f"\nbrowser test screenshots ({len(files)}) in {folder}: {', '.join(files)}")
+    _used_screenshots.append(SCREENSHOTS)
+    return SCREENSHOTS
+
+
+def pytest_terminal_summary(terminalreporter):
+    """List the screenshots in the test summary, so CI's log says where they are."""
+    if _used_screenshots:
+        files = sorted(p.name for p in SCREENSHOTS.glob("*.png"))
+        terminalreporter.write_sep("-", f"browser test screenshots: {len(files)} in {SCREENSHOTS}")
+        terminalreporter.write_line(", ".join(files))
 
 
 @pytest.fixture(scope="session")

@@ -90,6 +90,9 @@ def watch_training_cell(page, index: int, timeout: float = 240, on_frame=None):
             if on_frame:
                 on_frame(len(frames))
         if started and not running:
+            # The last frame can land between two polls, just before the cell ends.
+            if cell["images"] and (not frames or frames[-1] != cell["images"][-1]):
+                frames.append(cell["images"][-1])
             return frames, cells
         time.sleep(0.1)
     raise AssertionError(f"cell {index} did not finish within {timeout} s; frames seen: {len(frames)}")
