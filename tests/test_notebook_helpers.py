@@ -100,3 +100,25 @@ def test_fast_note_prints_only_in_fast_mode(capsys):
     assert fast_note(fast=False) is None and capsys.readouterr().out == ""
     assert fast_note(fast=True) == FAST_NOTE
     assert capsys.readouterr().out.strip() == FAST_NOTE and "FAST mode" in FAST_NOTE
+
+
+class StopWhileStarting:
+    """A callback whose on_train_begin is interrupted (Stop while a dashboard draws its first frame)."""
+
+    def __init__(self):
+        self.ended = False
+
+    def on_train_begin(self, trainer):
+        raise KeyboardInterrupt
+
+    def on_train_end(self, trainer):
+        self.ended = True
+
+
+def test_stop_while_a_callback_starts_ends_train_cleanly(capsys):
+    loop = CountingLoop(LoopConfig(steps=3))
+    callback = StopWhileStarting()
+    loop.add_callback(callback)
+    loop.train()  # no KeyboardInterrupt escapes
+    assert loop.stop_reason == "interrupted" and loop.step == 0 and callback.ended
+    assert "interrupted after step 0; model and history are intact" in capsys.readouterr().out
