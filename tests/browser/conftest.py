@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pytest
 from lab_ui import NOTEBOOK_DIR, REPO
+
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 # What works in containers and CI: no sandbox (often no user namespaces), no GPU, no network chatter.
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

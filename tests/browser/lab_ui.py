@@ -18,10 +18,10 @@ NOTEBOOK = ".jp-NotebookPanel:not(.lm-mod-hidden)"
 # text, error outputs and the hash of each output image. FNV-1a over the data URL: distinct frames
 # of the dashboard have distinct hashes, and a 100 kB string hashes in about a millisecond.
 CELLS_JS = """
-() => {
+(selector) => {
   const hash = (text) => { let h = 2166136261; for (let i = 0; i < text.length; i++) {
       h ^= text.charCodeAt(i); h = Math.imul(h, 16777619); } return (h >>> 0).toString(16) + ':' + text.length; };
-  const panel = document.querySelector('%s');
+  const panel = document.querySelector(selector);
   if (!panel) return [];
   return [...panel.querySelectorAll('.jp-Notebook .jp-Cell')].map((cell) => ({
     kind: cell.classList.contains('jp-CodeCell') ? 'code' : (cell.classList.contains('jp-MarkdownCell') ? 'markdown' : 'raw'),
@@ -34,7 +34,7 @@ CELLS_JS = """
     images: [...cell.querySelectorAll('.jp-OutputArea-output img')].map((img) => hash(img.src)),
   }));
 }
-""" % NOTEBOOK
+"""
 
 
 def open_notebook(page, lab, name: str, workspace: str):
@@ -61,7 +61,7 @@ def open_from_file_browser(page, name: str, timeout: float = 60) -> list[dict]:
     markdown cell is rendered. Does not wait for the kernel."""
     page.locator(".jp-DirListing-item", has=page.locator(".jp-DirListing-itemText", has_text=re.compile(
         f"^{re.escape(name)}$"))).dblclick()
-    page.locator(f".lm-TabBar-tab.lm-mod-current", has_text=name).wait_for()
+    page.locator(".lm-TabBar-tab.lm-mod-current", has_text=name).wait_for()
 
     def rendered(current):
         markdown = [c for c in current if c["kind"] == "markdown"]
@@ -82,7 +82,7 @@ def close_current_tab(page) -> None:
 
 
 def cells(page) -> list[dict]:
-    return page.evaluate(CELLS_JS)
+    return page.evaluate(CELLS_JS, NOTEBOOK)
 
 
 def kernel_status(page) -> str | None:
