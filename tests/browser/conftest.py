@@ -134,6 +134,10 @@ def lab(tmp_path_factory):
     executable = chromium_path()
     if executable is None:
         missing("no Chromium found (looked for RLHF_LAB_CHROMIUM, " + ", ".join(CHROMIUM_CANDIDATES) + ")")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing("the Python package playwright is not installed")
     home = tmp_path_factory.mktemp("lab")
     root = home / "root"
     root.mkdir()
@@ -145,7 +149,9 @@ def lab(tmp_path_factory):
     env.pop("MPLBACKEND", None)  # the kernel picks the inline backend, as in a learner's session
     port, token = free_port(), secrets.token_hex(16)
     # As `make lab` does: jupyter lab on the notebooks (here a copy), --allow-root when root.
-    command = [str(Path(sys.executable).parent / "jupyter"), "lab", str(root), "--no-browser",
+    jupyter = Path(sys.executable).parent / "jupyter"
+    launcher = [str(jupyter), "lab"] if jupyter.exists() else [sys.executable, "-m", "jupyterlab"]
+    command = [*launcher, str(root), "--no-browser",
                f"--port={port}", "--ServerApp.port_retries=0", "--ServerApp.ip=127.0.0.1",
                f"--IdentityProvider.token={token}"]
     if hasattr(os, "getuid") and os.getuid() == 0:
@@ -175,10 +181,8 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def browser_context(lab, tmp_path_factory):
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        missing("the Python package playwright is not installed")
+    from playwright.sync_api import sync_playwright  # the lab fixture checked that it is installed
+
     playwright = sync_playwright().start()
     context = playwright.chromium.launch_persistent_context(
         str(tmp_path_factory.mktemp("chromium-profile")), executable_path=lab.chromium, headless=True,
