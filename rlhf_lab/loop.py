@@ -46,8 +46,10 @@ class TrainingLoop:
         last_step = self.step + steps
         self.stop_reason = None
         self.before_train()
-        call_hooks(self.callbacks, "on_train_begin", self)
         try:
+            # Inside the try: a Stop while a callback starts (a dashboard drawing its first frame)
+            # ends the call as cleanly as a Stop during a step.
+            call_hooks(self.callbacks, "on_train_begin", self)
             if not self.rows:  # step 0: where we start from
                 self.rows.append(self.start_row())
             while self.step < last_step and (budget_end is None or self.train_time < budget_end):

@@ -515,3 +515,68 @@ def test_make_explorer_builds_widgets_when_asked(monkeypatch, capsys):
     assert math.isclose(controls["epsilon"].value, 3e-4)
     assert math.isclose(controls["epsilon_high"].value, 4e-4)
     widget.close_all()
+
+
+# ----------------------------------------------------------------------------------------------
+# layout in the browser: labels, tick labels, the on-policy note
+
+
+def test_explorer_controls_show_whole_names_on_a_wide_track(tiny_model, monkeypatch):
+    """What learners read in the browser (tests/browser checks it in Chromium): explorer controls show
+    their whole names on a track a learner can aim at."""
+    pytest.importorskip("ipywidgets")
+    from rlhf_lab.viz.widgets import SLIDER_WIDTH
+    monkeypatch.setattr("rlhf_lab.viz.widgets.figure_png", lambda fig, dpi: b"")  # no kernel shows it anyway
+    model, tokenizer = tiny_model
+    explorer = sampling_explorer(model, tokenizer, use_widgets=True)
+    controls = {control.description: control for control in explorer.kwargs_widgets}
+    widths = {control.style.description_width for control in controls.values()}
+    assert len(widths) == 1, f"labels of different widths: the tracks do not line up ({widths})"
+    width = widths.pop()
+    # ipywidgets' default label box is ~80 px and cut "repetition_penalty" to "repetition..."; 8 px per
+    # character of the 13 px label font holds the longest name.
+    assert width.endswith("px") and int(width[:-2]) >= 8 * max(len(name) for name in controls)
+    assert all(control.layout.width == SLIDER_WIDTH for control in controls.values())
+    temperature = controls["temperature"]
+    assert type(temperature).__name__ == "FloatLogSlider" and temperature.continuous_update is False
+    # 0.1-4 on a log track: from the default 1.0, a tenth of the track is a factor of 10**0.16 = 1.45.
+    assert math.isclose(10 ** temperature.min, 0.1) and math.isclose(10 ** temperature.max, 4.0)
+    assert math.isclose(temperature.value, 1.0)
+    explorer.close_all()
+
+
+def intervals_overlap(extents) -> list[tuple[int, int]]:
+    return [(i, i + 1) for i, (a, b) in enumerate(zip(extents, extents[1:])) if a.x1 > b.x0]
+
+
+def test_token_tick_labels_do_not_overlap(tiny_model):
+    model, tokenizer = tiny_model
+    fig = plot_next_token_distribution(model, tokenizer, top_n=len(tokenizer))  # every token, specials too
+    assert isinstance(fig, Figure)
+    renderer = fig.canvas.get_renderer()
+    bottom = fig.axes[1]
+    labels = bottom.get_xticklabels()
+    texts = [label.get_text() for label in labels]
+    assert "<eos>" in texts and "<bos>" in texts
+    extents = [label.get_window_extent(renderer) for label in labels]
+    assert not intervals_overlap(extents), [(texts[i], texts[j]) for i, j in intervals_overlap(extents)]
+    plt.close(fig)
+
+
+def test_on_policy_ratio_note_sits_above_its_bar():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from rlhf_lab.viz.plots import draw_ratios
+
+    fig = Figure(figsize=(4, 3), dpi=72)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    draw_ratios(ax, torch.ones(288), level="token")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    (note,) = [text for text in ax.texts if "exactly 1" in text.get_text()]
+    assert "all 288 ratios" in note.get_text()
+    note_box = note.get_window_extent(renderer)
+    (bar,) = ax.patches
+    bar_box = bar.get_window_extent(renderer)
+    assert note_box.y0 > bar_box.y1, "the note overlaps the bar (it was hidden behind it)"

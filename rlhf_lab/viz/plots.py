@@ -332,8 +332,10 @@ def draw_ratios(ax: Axes, ratios: torch.Tensor | None, level: str = "token", col
         count_scale(ax, "linear")
         ax.bar([1.0], [values.size], width=0.02, color=color)
         ax.set_xlim(0.9, 1.1)
+        ax.set_ylim(0, 1.6 * values.size)  # headroom: the note sits above the bar, not on it
         ax.text(0.5, 0.97, f"all {values.size} ratios are exactly 1\n(on-policy: the clip never acts)",
-                transform=ax.transAxes, ha="center", va="top", fontsize=7, color="#555555")
+                transform=ax.transAxes, ha="center", va="top", fontsize=7, color="#555555",
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
         return None
     histogram(ax, values, 40, color, log_if_wide=True)  # the tails, where the clip acts, are few
     if clip_range is not None:

@@ -19,7 +19,9 @@ A slider spec is what `ipywidgets.interact` accepts, plus `LogSlider`:
     an ipywidgets widget        used as is
 
 A slider starts at `plot_fn`'s default for that argument. Sliders only redraw on release
-(continuous_update=False): a redraw may run a model forward pass.
+(continuous_update=False): a redraw may run a model forward pass. Every control shows its whole
+name (ipywidgets cuts a description at ~80 px by default: "temperat...") and gets a track of
+`SLIDER_WIDTH` (the default ~125 px track made a small drag jump from temperature 1 to 5).
 
 Adding an explorer (RoPE, KV-cache memory, ...) is three steps: write `plot_something(...) -> Figure`
 with a default for every slider argument, wrap it, and register it so `explore(name)` finds it:
@@ -59,6 +61,8 @@ from .style import (
 )
 
 EXPLORERS: dict[str, Callable] = {}
+
+SLIDER_WIDTH = "560px"  # the whole control, label included; the track gets what the label leaves
 
 
 def register_explorer(name: str) -> Callable[[Callable], Callable]:
@@ -112,6 +116,8 @@ def _control(spec, default):
         control = ipywidgets.interactive.widget_from_abbrev(spec, start)
     if hasattr(control, "continuous_update"):
         control.continuous_update = False
+    control.style.description_width = "initial"  # the full name, never "temperat..." (make_explorer aligns them)
+    control.layout.width = SLIDER_WIDTH
     return control
 
 
@@ -150,6 +156,9 @@ def make_explorer(plot_fn: Callable[..., Figure], fixed: dict | None = None, use
     defaults = {name: None if parameter.default is inspect.Parameter.empty else parameter.default
                 for name, parameter in parameters.items()}
     controls = {name: _control(spec, defaults[name]) for name, spec in sliders.items()}
+    label_width = f"{max(len(name) for name in controls) * 8 + 12}px" if controls else "initial"
+    for control in controls.values():  # one label column: the tracks start and end together
+        control.style.description_width = label_width
     return ipywidgets.interactive(show, **controls)
 
 
@@ -240,6 +249,9 @@ def plot_next_token_distribution(
                xlabel=f"token (the {len(ids)} most likely; the other {len(before) - len(ids)} "
                       f"hold p = {hidden:.3f})")
     bottom.set_xticks(positions, labels)
+    for label in bottom.get_xticklabels():
+        if len(label.get_text()) > 1:  # "<eos>", "<bos>": upright they overlap their neighbours
+            label.set_rotation(90)
     for ax in (top, bottom):
         ax.set_ylim(0, None)
         ax.grid(axis="y", alpha=0.3)
@@ -253,7 +265,7 @@ def sampling_explorer(model, tokenizer, prompt: str = "047+085=", use_widgets: b
     return make_explorer(
         plot_next_token_distribution, fixed={"model": model, "tokenizer": tokenizer, "prompt": prompt},
         use_widgets=use_widgets,
-        temperature=LogSlider(0.05, 5.0), top_k=(0, vocab_size, 1), top_p=(0.05, 1.0, 0.05),
+        temperature=LogSlider(0.1, 4.0), top_k=(0, vocab_size, 1), top_p=(0.05, 1.0, 0.05),
         min_p=(0.0, 0.95, 0.05), repetition_penalty=(0.5, 3.0, 0.1),
     )
 
