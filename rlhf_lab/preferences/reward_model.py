@@ -19,6 +19,7 @@ completions after training, which is what an RL trainer without per-group normal
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -196,10 +197,10 @@ def pair_scores(reward_model, pairs: Sequence[PreferencePair]) -> tuple[torch.Te
 def pairwise_accuracy(reward_model, pairs: Sequence[PreferencePair], label: str = "majority") -> float:
     """Fraction of pairs where the model scores higher the side `label` prefers ("majority",
     "gold" or an annotator's name); pairs without a preference (gold ties) are left out, equal
-    scores count one half."""
+    scores count one half. nan when no pair has a `label` preference."""
     oriented = orient(pairs, label)
     if not oriented:
-        raise ValueError(f"no pair has a {label!r} preference")
+        return math.nan
     chosen, rejected = pair_scores(reward_model, oriented)
     return float(((chosen > rejected).float() + 0.5 * (chosen == rejected).float()).mean())
 
@@ -372,7 +373,7 @@ def train_reward_model(config: RewardConfig, folder: str | os.PathLike | None = 
     from ..callbacks import ProgressBar
 
     trainer = RewardTrainer(config, train_pairs=train_pairs, eval_pairs=eval_pairs,
-                            callbacks=[ProgressBar()] if progress else [])
+                            callbacks=[ProgressBar(desc=f"reward model seed {config.seed}")] if progress else [])
     history = trainer.train()
     if trainer.stop_reason in ("interrupted", "non_finite"):
         raise RuntimeError(f"reward-model training stopped: {trainer.stop_reason}; nothing saved")
@@ -394,6 +395,51 @@ def build_shipped_reward_models(out_dir: str | os.PathLike | None = None) -> lis
     folders = []
     for seed in (SHIPPED_CONFIG.seed, *ENSEMBLE_SEEDS):
         name = SHIPPED_REWARD_MODEL if seed == SHIPPED_CONFIG.seed else f"{SHIPPED_REWARD_MODEL}_seed{seed}"
-        train_reward_model(SHIPPED_CONFIG.__class__(**{**asdict(SHIPPED_CONFIG), "seed": seed}), out_dir / name)
+        train_reward_model(dataclasses.replace(SHIPPED_CONFIG, seed=seed), out_dir / name)
         folders.append(out_dir / name)
     return folders
+
+
+def verbosity_probe(reward_model, examples, extra_digits: Sequence[int] = (1, 2, 3, 4), seed: int = 0) -> pd.DataFrame:
+    """Does the reward model pay for length? For each example (prompt, answer), the exact answer
+    against the same answer followed by k random digits, which the gold scores lower
+    (0.5 * 0 + 0.5 * |answer| / (|answer| + k)).
+
+    Returns one row per k: `rm_prefers_longer` (share of examples where the model scores the padded
+    answer above the exact one), `mean_score_gap` (padded - exact), and `gold_prefers_longer` (0 by
+    construction of the gold; computed, not assumed).
+    """
+    import random
+
+    from .gold import gold_reward
+
+    rng = random.Random(seed)
+    prompts, answers = [e.prompt for e in examples], [e.answer for e in examples]
+    exact = torch.tensor(reward_model.score_batch(prompts, answers, answers, [True] * len(prompts)))
+    rows = []
+    for k in extra_digits:
+        check_number("extra_digits", k, low=1, integer=True)
+        padded = [a + "".join(rng.choice("0123456789") for _ in range(k)) for a in answers]
+        longer = torch.tensor(reward_model.score_batch(prompts, padded, answers, [True] * len(prompts)))
+        gold = [gold_reward(p, c, a) > gold_reward(p, a, a) for p, c, a in zip(prompts, padded, answers)]
+        rows.append({"extra_digits": k, "rm_prefers_longer": float((longer > exact).float().mean()),
+                     "mean_score_gap": float((longer - exact).mean()), "gold_prefers_longer": sum(gold) / len(gold)})
+    return pd.DataFrame(rows)
+
+
+def reward_models_table(out_dir: str | os.PathLike | None = None) -> str:
+    """Markdown rows (one per saved reward model in out_dir) for data/checkpoints/README.md."""
+    from ..checkpoints import CHECKPOINT_DIR
+    from ..model.hf import read_config
+
+    out_dir = Path(out_dir or CHECKPOINT_DIR)
+    rows = []
+    for folder in sorted(p for p in out_dir.iterdir() if (p / "config.json").is_file()):
+        meta = read_config(folder).get("rlhf_lab") or {}
+        if meta.get("kind") != "reward_model" or "reward_config" not in meta:
+            continue
+        size_kb = sum(f.stat().st_size for f in folder.iterdir() if f.is_file()) / 1024
+        rows.append(f"| `{folder.name}` | `{meta['reward_config']['init_checkpoint']}` | {meta['train_pairs']} | "
+                    f"{meta['reward_config']['steps']} | {meta['validation_accuracy']:.1%} | "
+                    f"{meta['validation_gold_accuracy']:.1%} | {size_kb:.0f} KB |")
+    return "\n".join(rows)
