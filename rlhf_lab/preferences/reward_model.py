@@ -35,10 +35,9 @@ from torch import nn
 from ..callbacks import NonFiniteLossError
 from ..checkpoints import load_checkpoint
 from ..device import autocast, pick_device
-from ..loop import TrainingLoop, clone_state, optimizer_snapshot, restore_optimizer
+from ..loop import SupervisedLoop
 from ..model import LlamaModel
 from ..rl.rollout import encode_rollout
-from ..schedule import learning_rate_at
 from ..validation import check_choice, check_number, check_optional
 from .data import LABEL_SOURCES, PreferencePair, load_preferences, orient
 
@@ -244,7 +243,7 @@ HISTORY_COLUMNS = ("step", "wall_time", "loss", "batch_accuracy", "train_accurac
                    "eval_gold_accuracy", "lr", "grad_norm")
 
 
-class RewardTrainer(TrainingLoop):
+class RewardTrainer(SupervisedLoop):
     """Train a `RewardModel` with the Bradley-Terry loss on preference pairs.
 
     Args:
@@ -260,6 +259,7 @@ class RewardTrainer(TrainingLoop):
     """
 
     dashboard_kind = "sft"  # LiveDashboard draws loss and accuracy
+    history_columns = HISTORY_COLUMNS
 
     def __init__(self, config: RewardConfig, model: RewardModel | None = None,
                  train_pairs: Sequence[PreferencePair] | None = None,
@@ -276,25 +276,7 @@ class RewardTrainer(TrainingLoop):
             raise ValueError(f"need training and evaluation pairs, got {len(self.train_pairs)} and {len(self.eval_pairs)}")
         self.model = model if model is not None else RewardModel.from_sft(config.init_checkpoint, device=str(self.device))
         self.model.to(self.device)
-        decay = [p for p in self.model.parameters() if p.dim() >= 2]
-        no_decay = [p for p in self.model.parameters() if p.dim() < 2]
-        self.optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=config.learning_rate, betas=(0.9, 0.98))
-        self.batch_generator = torch.Generator().manual_seed(config.seed)
-        self.callbacks = list(callbacks)
-        self.rows: list[dict] = []
-        self.step = 0
-        self.train_time = 0.0
-        self.stop_reason: str | None = None
-
-    @property
-    def history(self) -> pd.DataFrame:
-        frame = pd.DataFrame(self.rows)
-        ordered = [c for c in HISTORY_COLUMNS if c in frame.columns]
-        frame = frame[ordered + [c for c in frame.columns if c not in ordered]]
-        frame.attrs["config"] = asdict(self.config)
-        return frame
+        self.start(callbacks)
 
     def evaluate(self, pairs: Sequence[PreferencePair] | None = None) -> float:
         """Pairwise accuracy on `pairs` (default the evaluation pairs) against config.label."""
@@ -318,22 +300,10 @@ class RewardTrainer(TrainingLoop):
         chosen, rejected = pair_scores(self.model, self.train_pairs)
         self.model.offset = float(torch.cat([chosen, rejected]).mean())  # centred on the training completions
 
-    def _snapshot(self):
-        return (clone_state(self.model.state_dict()), optimizer_snapshot(self.optimizer),
-                self.batch_generator.get_state())
-
-    def _restore(self, snapshot) -> None:
-        weights, optimizer, batch_state = snapshot
-        self.model.load_state_dict(weights)
-        restore_optimizer(self.optimizer, optimizer)
-        self.batch_generator.set_state(batch_state)
-
     def _step(self) -> dict:
         c = self.config
         step = self.step + 1
-        lr = learning_rate_at(step, c.learning_rate, c.warmup_steps, c.steps, schedule="cosine")
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        lr = self.set_learning_rate(step)
         t0 = time.perf_counter()
         index = torch.randint(0, len(self.train_pairs), (min(c.batch_size, len(self.train_pairs)),),
                               generator=self.batch_generator).tolist()
