@@ -180,6 +180,7 @@ def reward_model():
     return RewardModel.from_pretrained("reward_model")
 
 
+@torch.no_grad()
 def test_score_is_read_at_the_last_token_whatever_the_padding(reward_model):
     prompts, completions = ["047+085=", "1+2=", "999+001="], ["231", "3", "0001000"]
     batch = reward_model.score(prompts, completions)
