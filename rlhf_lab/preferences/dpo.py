@@ -391,6 +391,10 @@ class DPOTrainer(TrainingLoop):
             out.update({f"eval_{k}": v for k, v in self.pair_metrics(self.eval_rollout, self.eval_ref_logps).items()})
         return out
 
+    def start_row(self) -> dict:
+        # eval_every = 0: no evaluation at all, not even before training (as SFT)
+        return {"step": 0, "wall_time": 0.0, **(self.evaluation() if self.config.eval_every else {"eval_accuracy": math.nan})}
+
     def save(self, folder):
         """The policy as a Hugging Face folder plus history.csv beside it."""
         from ..model import save_pretrained
