@@ -4,7 +4,7 @@
         row 0 = the model before training (held-out accuracy), once
         while steps remain and the time budget lasts:
             train_step()                 atomic: a failed step leaves no trace (the subclass's job)
-            evaluation() every config.eval_every steps, and after the last one (default: evaluate())
+            evaluation() every config.eval_every steps, and after the last one
             callbacks' on_step_end
             early_stop(row)              e.g. SFT's stop_at_accuracy
         Stop in Jupyter (KeyboardInterrupt) or a non-finite loss ends the call cleanly; `stop_reason`
@@ -99,13 +99,14 @@ class TrainingLoop:
     def after_train(self) -> None:
         """Called when train() ends, however it ends, before the callbacks' on_train_end."""
 
+    def evaluation(self) -> dict:
+        """The evaluation columns of a row: {"eval_accuracy": evaluate()}. A trainer that measures more
+        at each evaluation (the reward model: train, validation and gold accuracies) returns more."""
+        return {"eval_accuracy": self.evaluate()}
+
     def start_row(self) -> dict:
         """Row 0 of the history: the model before training."""
         return {"step": 0, "wall_time": 0.0, **self.evaluation()}
-
-    def evaluation(self) -> dict:
-        """The columns an evaluation fills in (the held-out accuracy; DPO adds its gold metrics)."""
-        return {"eval_accuracy": self.evaluate()}
 
     def latest_distributions(self):
         """What the live histograms show for the step just done (RL), or None."""

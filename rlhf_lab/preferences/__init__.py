@@ -1,10 +1,34 @@
-"""Human feedback: preference pairs, reward models, over-optimisation, and DPO.
+"""The human-feedback half of RLHF: preference data, annotators and their agreement, reward models.
 
-    from rlhf_lab.preferences import DPOConfig, DPOTrainer, dpo_loss
-    trainer = DPOTrainer(DPOConfig(beta=0.1), pairs=pairs)   # pairs: (prompt, chosen, rejected)
-    trainer.train(steps=100)
+    gold.py          gold_reward: the hidden gold preference that plays the human (Gao et al. 2022)
+    annotators.py    Annotator (flip rate + verbosity bias), DEFAULT_ANNOTATORS
+    agreement.py     cohen_kappa, fleiss_kappa, rating_counts, accuracy_ceiling
+    data.py          PreferencePair, make_preference_data, load_preferences (data/preferences/)
+    reward_model.py  bradley_terry_loss, RewardModel, RewardEnsemble, RewardConfig, RewardTrainer
+    dpo.py           dpo_loss, ipo_loss, implicit_rewards, DPOConfig, DPOTrainer (offline and online DPO / IPO)
 """
 
+from .agreement import accuracy_ceiling, cohen_kappa, fleiss_kappa, rating_counts
+from .annotators import DEFAULT_ANNOTATORS, Annotator
+from .data import (
+    DEFAULT_SOURCES,
+    PREFERENCE_DIR,
+    Comparison,
+    CompletionSource,
+    PreferencePair,
+    agreement_table,
+    first_labels,
+    gold_agreement,
+    label_comparisons,
+    load_preferences,
+    make_comparisons,
+    make_preference_data,
+    orient,
+    read_preferences,
+    save_preferences,
+    write_datasheet,
+    write_preference_data,
+)
 from .dpo import (
     LOSS_TYPES,
     DPOConfig,
@@ -18,8 +42,23 @@ from .dpo import (
     sampled_kl,
     sequence_logprobs,
 )
+from .gold import gold_reward
+from .reward_model import (
+    RewardConfig,
+    RewardEnsemble,
+    RewardModel,
+    RewardTrainer,
+    bradley_terry_loss,
+    pair_scores,
+    pairwise_accuracy,
+)
 
 __all__ = [
     "LOSS_TYPES", "DPOConfig", "DPOTrainer", "dpo_loss", "encode_pairs", "greedy_scores", "implicit_rewards",
     "ipo_loss", "preference_logits", "sampled_kl", "sequence_logprobs",
+    "DEFAULT_ANNOTATORS", "DEFAULT_SOURCES", "PREFERENCE_DIR", "Annotator", "Comparison", "agreement_table", "gold_agreement", "write_datasheet", "CompletionSource",
+    "PreferencePair", "RewardConfig", "RewardEnsemble", "RewardModel", "RewardTrainer", "accuracy_ceiling",
+    "bradley_terry_loss", "cohen_kappa", "first_labels", "fleiss_kappa", "gold_reward", "label_comparisons", "load_preferences",
+    "make_comparisons", "make_preference_data", "orient", "pair_scores", "pairwise_accuracy", "rating_counts",
+    "read_preferences", "save_preferences", "write_preference_data",
 ]
