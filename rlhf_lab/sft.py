@@ -146,6 +146,7 @@ class SFTTrainer(TrainingLoop):
     """
 
     dashboard_kind = "sft"  # LiveDashboard draws its SFT panels for this trainer
+    history_columns = HISTORY_COLUMNS
 
     def __init__(self, config: SFTConfig, tokenizer, model: LlamaModel | None = None,
                  train_examples: Sequence | None = None, eval_examples: Sequence | None = None,
@@ -176,22 +177,10 @@ class SFTTrainer(TrainingLoop):
             lr=config.learning_rate, betas=(0.9, 0.98),
         )
         self.batch_generator = torch.Generator().manual_seed(config.seed)  # batch order
-        self.callbacks = list(callbacks)
-        self.rows: list[dict] = []
-        self.step = 0
-        self.train_time = 0.0  # seconds spent in training steps (evaluation excluded)
-        self.stop_reason: str | None = None
+        self.init_loop(callbacks)
 
     # ------------------------------------------------------------------------------------------
     # Public API
-
-    @property
-    def history(self) -> pd.DataFrame:
-        frame = pd.DataFrame(self.rows)
-        ordered = [c for c in HISTORY_COLUMNS if c in frame.columns]
-        frame = frame[ordered + [c for c in frame.columns if c not in ordered]]
-        frame.attrs["config"] = asdict(self.config)
-        return frame
 
     def evaluate(self, examples: Sequence | None = None) -> float:
         """Greedy exact-match accuracy on `examples` (default `eval_examples`), scored by config.task."""

@@ -39,7 +39,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-import pandas as pd
 import torch
 import torch.nn.functional as F
 
@@ -281,6 +280,7 @@ class DPOTrainer(TrainingLoop):
     """
 
     dashboard_kind = "dpo"  # LiveDashboard draws the DPO panels for this trainer
+    history_columns = HISTORY_COLUMNS
 
     def __init__(self, config: DPOConfig, model=None, tokenizer=None, pairs: Sequence | None = None, judge=None,
                  gold_fn=None, eval_pairs: Sequence | None = None, train_examples: Sequence | None = None,
@@ -322,22 +322,10 @@ class DPOTrainer(TrainingLoop):
                                            weight_decay=config.weight_decay, betas=(0.9, 0.99))
         self.batch_generator = torch.Generator().manual_seed(config.seed)  # pair order / online prompts
         self.sample_generator = torch.Generator(self.device).manual_seed(config.seed)  # online samples
-        self.callbacks = list(callbacks)
-        self.rows: list[dict] = []
-        self.step = 0
-        self.train_time = 0.0
-        self.stop_reason: str | None = None
+        self.init_loop(callbacks)
 
     # ------------------------------------------------------------------------------------------
     # Public API
-
-    @property
-    def history(self) -> pd.DataFrame:
-        frame = pd.DataFrame(self.rows)
-        ordered = [c for c in HISTORY_COLUMNS if c in frame.columns]
-        frame = frame[ordered + [c for c in frame.columns if c not in ordered]]
-        frame.attrs["config"] = asdict(self.config)
-        return frame
 
     @property
     def policy(self):
