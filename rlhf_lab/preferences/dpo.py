@@ -17,7 +17,7 @@ Names are TRL's DPOTrainer / DPOConfig ones (`beta`, `loss_type`, `label_smoothi
 
 Which log-probabilities IPO uses: the IPO paper writes sums over tokens, as DPO does; TRL's
 `loss_type="ipo"` divides each completion's summed log-prob by its number of tokens before forming h
-(`DPOTrainer.concatenated_forward`, TRL v0.16-v0.19). The lab follows TRL: with loss_type="ipo" the
+(`DPOTrainer.concatenated_forward` in trl/trainer/dpo_trainer.py, TRL main branch, 2025). The lab follows TRL: with loss_type="ipo" the
 trainer averages over completion tokens (and so do its implicit rewards); `ipo_loss` itself takes
 whatever log-probs it is given. The `logps/*` metrics are always the summed log-probs: the
 log-probability of the whole completion.
