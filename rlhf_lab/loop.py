@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import asdict
 
+import pandas as pd
 import torch
 
 from .callbacks import NonFiniteLossError, call_hooks
@@ -29,6 +31,25 @@ from .validation import check_number
 
 class TrainingLoop:
     stop_reason: str | None = None
+    history_columns: tuple = ()  # the columns `history` puts first, in this order (the rest follow)
+
+    def init_loop(self, callbacks=()) -> None:
+        """The bookkeeping every trainer starts with: no rows, step 0, no training time yet."""
+        self.callbacks = list(callbacks)
+        self.rows: list[dict] = []
+        self.step = 0
+        self.train_time = 0.0  # seconds spent in training steps (evaluation excluded)
+        self.stop_reason = None
+
+    @property
+    def history(self) -> pd.DataFrame:
+        """One row per step (row 0 = the model before training), `history_columns` first; the config
+        in `attrs["config"]`."""
+        frame = pd.DataFrame(self.rows)
+        ordered = [c for c in self.history_columns if c in frame.columns]
+        frame = frame[ordered + [c for c in frame.columns if c not in ordered]]
+        frame.attrs["config"] = asdict(self.config)
+        return frame
 
     def train(self, steps: int | None = None, time_budget: float | None = None):
         """Run `steps` more steps (default config.steps) or until `time_budget` more seconds of
@@ -165,8 +186,6 @@ class SupervisedLoop(TrainingLoop):
     batch order), the warm-up + cosine schedule of `config.learning_rate` over `config.steps`, and a
     pandas `history` whose first columns are `history_columns`."""
 
-    history_columns: tuple[str, ...] = ()
-
     def start(self, callbacks=()) -> None:
         """AdamW over `self.model` (config.learning_rate, config.weight_decay), the batch-order RNG
         (config.seed) and empty bookkeeping. Call at the end of __init__, once `model` is set."""
@@ -178,23 +197,7 @@ class SupervisedLoop(TrainingLoop):
             [{"params": decay, "weight_decay": c.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
             lr=c.learning_rate, betas=(0.9, 0.98))
         self.batch_generator = torch.Generator().manual_seed(c.seed)  # batch order
-        self.callbacks = list(callbacks)
-        self.rows: list[dict] = []
-        self.step = 0
-        self.train_time = 0.0  # seconds spent in training steps (evaluation excluded)
-        self.stop_reason = None
-
-    @property
-    def history(self):
-        import dataclasses
-
-        import pandas as pd
-
-        frame = pd.DataFrame(self.rows)
-        ordered = [c for c in self.history_columns if c in frame.columns]
-        frame = frame[ordered + [c for c in frame.columns if c not in ordered]]
-        frame.attrs["config"] = dataclasses.asdict(self.config)
-        return frame
+        self.init_loop(callbacks)
 
     def _snapshot(self):
         return clone_state(self.model.state_dict()), optimizer_snapshot(self.optimizer), self.batch_generator.get_state()

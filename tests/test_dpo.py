@@ -52,7 +52,7 @@ def test_hand_computed_vectors():
 
 
 def trl_sigmoid_and_ipo(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, beta, label_smoothing):
-    """TRL's definitions, transcribed from `DPOTrainer.dpo_loss` (trl/trainer/dpo_trainer.py, TRL v0.16-v0.19):
+    """TRL's definitions, transcribed from `DPOTrainer.dpo_loss` (trl/trainer/dpo_trainer.py, TRL main branch, 2025):
     logits = (chosen - rejected) - (ref_chosen - ref_rejected);
     "sigmoid": -logsigmoid(beta logits)(1 - label_smoothing) - logsigmoid(-beta logits) label_smoothing;
     "ipo": (logits - 1 / (2 beta))^2; chosen_rewards = beta (chosen - ref_chosen), likewise rejected."""

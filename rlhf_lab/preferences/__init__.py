@@ -59,6 +59,8 @@ from .reward_model import (
 )
 
 __all__ = [
+    "LOSS_TYPES", "DPOConfig", "DPOTrainer", "dpo_loss", "encode_pairs", "greedy_scores", "implicit_rewards",
+    "ipo_loss", "preference_logits", "sampled_kl", "sequence_logprobs",
     "DEFAULT_ANNOTATORS", "DEFAULT_SOURCES", "PREFERENCE_DIR", "Annotator", "Comparison", "agreement_table", "gold_agreement", "write_datasheet", "CompletionSource",
     "PreferencePair", "RewardConfig", "RewardEnsemble", "RewardModel", "RewardTrainer", "accuracy_ceiling",
     "bradley_terry_loss", "cohen_kappa", "first_labels", "fleiss_kappa", "gold_reward", "label_comparisons", "load_preferences",

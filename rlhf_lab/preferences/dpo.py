@@ -17,7 +17,7 @@ Names are TRL's DPOTrainer / DPOConfig ones (`beta`, `loss_type`, `label_smoothi
 
 Which log-probabilities IPO uses: the IPO paper writes sums over tokens, as DPO does; TRL's
 `loss_type="ipo"` divides each completion's summed log-prob by its number of tokens before forming h
-(`DPOTrainer.concatenated_forward`, TRL v0.16-v0.19). The lab follows TRL: with loss_type="ipo" the
+(`DPOTrainer.concatenated_forward` in trl/trainer/dpo_trainer.py, TRL main branch, 2025). The lab follows TRL: with loss_type="ipo" the
 trainer averages over completion tokens (and so do its implicit rewards); `ipo_loss` itself takes
 whatever log-probs it is given. The `logps/*` metrics are always the summed log-probs: the
 log-probability of the whole completion.
@@ -39,7 +39,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-import pandas as pd
 import torch
 import torch.nn.functional as F
 
@@ -281,6 +280,7 @@ class DPOTrainer(TrainingLoop):
     """
 
     dashboard_kind = "dpo"  # LiveDashboard draws the DPO panels for this trainer
+    history_columns = HISTORY_COLUMNS
 
     def __init__(self, config: DPOConfig, model=None, tokenizer=None, pairs: Sequence | None = None, judge=None,
                  gold_fn=None, eval_pairs: Sequence | None = None, train_examples: Sequence | None = None,
@@ -322,22 +322,10 @@ class DPOTrainer(TrainingLoop):
                                            weight_decay=config.weight_decay, betas=(0.9, 0.99))
         self.batch_generator = torch.Generator().manual_seed(config.seed)  # pair order / online prompts
         self.sample_generator = torch.Generator(self.device).manual_seed(config.seed)  # online samples
-        self.callbacks = list(callbacks)
-        self.rows: list[dict] = []
-        self.step = 0
-        self.train_time = 0.0
-        self.stop_reason: str | None = None
+        self.init_loop(callbacks)
 
     # ------------------------------------------------------------------------------------------
     # Public API
-
-    @property
-    def history(self) -> pd.DataFrame:
-        frame = pd.DataFrame(self.rows)
-        ordered = [c for c in HISTORY_COLUMNS if c in frame.columns]
-        frame = frame[ordered + [c for c in frame.columns if c not in ordered]]
-        frame.attrs["config"] = asdict(self.config)
-        return frame
 
     @property
     def policy(self):
@@ -390,6 +378,10 @@ class DPOTrainer(TrainingLoop):
         if self.eval_rollout is not None:
             out.update({f"eval_{k}": v for k, v in self.pair_metrics(self.eval_rollout, self.eval_ref_logps).items()})
         return out
+
+    def start_row(self) -> dict:
+        # eval_every = 0: no evaluation at all, not even before training (as SFT)
+        return {"step": 0, "wall_time": 0.0, **(self.evaluation() if self.config.eval_every else {"eval_accuracy": math.nan})}
 
     def save(self, folder):
         """The policy as a Hugging Face folder plus history.csv beside it."""

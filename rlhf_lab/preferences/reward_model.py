@@ -32,10 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..callbacks import NonFiniteLossError
 from ..checkpoints import load_checkpoint
 from ..device import autocast, pick_device
-from ..loop import SupervisedLoop
+from ..loop import SupervisedLoop, backward_and_step
 from ..model import LlamaModel
 from ..rl.rollout import encode_rollout
 from ..validation import check_choice, check_number, check_optional
@@ -314,14 +313,8 @@ class RewardTrainer(SupervisedLoop):
                                   [p.chosen_finished for p in batch] + [p.rejected_finished for p in batch])
         chosen, rejected = scores[:n], scores[n:]
         loss = bradley_terry_loss(chosen, rejected, c.margin, c.center_rewards_coefficient)
-        if not torch.isfinite(loss):
-            raise NonFiniteLossError(f"reward-model loss became {loss.item()} at step {step}; lower learning_rate")
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm))
-        if not math.isfinite(grad_norm):
-            raise NonFiniteLossError(f"reward-model gradient norm became {grad_norm} at step {step}; lower learning_rate")
-        self.optimizer.step()
+        grad_norm = backward_and_step(loss, self.optimizer, self.model.parameters(), c.max_grad_norm, step,
+                                      "reward-model")
         step_time = time.perf_counter() - t0
         self.step = step
         self.train_time += step_time
