@@ -66,7 +66,9 @@ def load_checkpoint(name: str | os.PathLike, device: str | torch.device = "cpu",
     model = from_pretrained(folder, device=pick_device(device))  # first: "not a checkpoint" beats "no tokenizer"
     if is_char_tokenizer(folder):
         tokenizer = CharTokenizer.load(folder)
-    elif (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file():
+    elif any((folder / name).is_file() for name in ("tokenizer.json", "vocab.json", "tokenizer.model")):
+        # A Hugging Face tokenizer's own files (tokenizer_config.json alone, which the lab also writes,
+        # holds no vocabulary).
         tokenizer = HFTokenizer.from_pretrained(folder)
         # Generation stops at the tokenizer's end of completion (a chat model's end-of-turn token).
         model.config.eos_token_id, model.config.pad_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id

@@ -47,6 +47,7 @@ from ..model.lora import adapters_disabled, add_lora, merged_model
 from ..sampling import SamplingConfig
 from ..schedule import learning_rate_at
 from ..tasks import get_task
+from ..tasks.rewards import WeightedReward
 from .algorithm import Algorithm, LossInfo
 from .config import RLConfig
 from .losses import explained_variance
@@ -188,9 +189,9 @@ class Trainer(TrainingLoop):
         tasks that bring their own rewards (the think/answer tasks; TRL logs rewards/<name>/mean the same
         way): the format-reward rate is what tells a model that learned the shape from one that learned
         the answer. Empty for other tasks or a custom reward function."""
-        breakdown = getattr(self.reward_fn, "breakdown", None)
-        if self.task.rewards is None or breakdown is None or rollout.examples is None:
+        if self.task.rewards is None or not isinstance(self.reward_fn, WeightedReward) or rollout.examples is None:
             return {}
+        breakdown = self.reward_fn.breakdown
         decoded = [self.tokenizer.decode_until_eos(row) for row in rollout.completion_ids.tolist()]
         parts = [breakdown(e.prompt, text, e.answer, done) for e, (text, done) in zip(rollout.examples, decoded)]
         return {f"reward_{name}": sum(p[name] for p in parts) / len(parts) for name in parts[0]}
