@@ -5,7 +5,7 @@
         while steps remain and the time budget lasts:
             train_step()                 atomic: a failed step leaves no trace (the subclass's job)
             evaluate() every config.eval_every steps, and after the last one
-            callbacks' on_step_end
+            callbacks' on_step_end       a callback may call request_stop(reason)
             early_stop(row)              e.g. SFT's stop_at_accuracy
         Stop in Jupyter (KeyboardInterrupt) or a non-finite loss ends the call cleanly; `stop_reason`
         says why, and train() again continues from the same step.
@@ -27,6 +27,7 @@ from .validation import check_number
 
 class TrainingLoop:
     stop_reason: str | None = None
+    stop_request: str | None = None  # set by request_stop (a callback), read after the step's hooks
 
     def train(self, steps: int | None = None, time_budget: float | None = None):
         """Run `steps` more steps (default config.steps) or until `time_budget` more seconds of
@@ -44,6 +45,7 @@ class TrainingLoop:
         budget_end = None if time_budget is None else self.train_time + time_budget
         last_step = self.step + steps
         self.stop_reason = None
+        self.stop_request = None
         self.before_train()
         call_hooks(self.callbacks, "on_train_begin", self)
         try:
@@ -55,7 +57,7 @@ class TrainingLoop:
                 if c.eval_every and (self.step % c.eval_every == 0 or self.step == last_step or out_of_time):
                     metrics["eval_accuracy"] = self.evaluate()
                 call_hooks(self.callbacks, "on_step_end", self, metrics, self.latest_distributions())
-                self.stop_reason = self.early_stop(metrics)
+                self.stop_reason = self.early_stop(metrics) or self.stop_request
                 if self.stop_reason:
                     break
             self.stop_reason = self.stop_reason or ("time_budget" if self.step < last_step else "steps")
@@ -86,6 +88,11 @@ class TrainingLoop:
         """Keep what a successful step produced (its row; the RL trainer also its distributions)."""
         self.rows.append(result)
         return result
+
+    def request_stop(self, reason: str) -> None:
+        """Stop train() after the current step, with `stop_reason` = reason (a callback's early
+        stopping, e.g. on a held-out signal the trainer does not know about)."""
+        self.stop_request = reason
 
     def add_callback(self, callback) -> None:
         self.callbacks.append(callback)
