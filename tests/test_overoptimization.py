@@ -9,6 +9,7 @@ import torch
 from rlhf_lab.preferences.overoptimization import (
     BestOfNPool,
     GoldEarlyStopping,
+    RewardSum,
     RewardTracker,
     StepTimeBreakdown,
     TimedReward,
@@ -219,3 +220,12 @@ def test_settings_are_validated():
         GoldEarlyStopping(gold=correctness_reward, patience=0)
     with pytest.raises(ValueError, match="n must"):
         best_of_n_kl_bound(0)
+
+
+def test_reward_sum_weights_its_parts():
+    length = lambda prompt, completion, answer, finished: float(len(completion))  # noqa: E731
+    combined = RewardSum({"correct": (correctness_reward, 1.0), "length": (length, -0.25)})
+    values = combined.score_batch(["1+2=", "1+2="], ["3", "333"], ["3", "3"], [True, True])
+    assert values.tolist() == [1.0 - 0.25, 0.0 - 0.75]
+    with pytest.raises(ValueError, match="length"):
+        RewardSum({"length": (length, float("nan"))})
