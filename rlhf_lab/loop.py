@@ -4,7 +4,7 @@
         row 0 = the model before training (held-out accuracy), once
         while steps remain and the time budget lasts:
             train_step()                 atomic: a failed step leaves no trace (the subclass's job)
-            evaluate() every config.eval_every steps, and after the last one
+            evaluation() every config.eval_every steps, and after the last one
             callbacks' on_step_end       a callback may call request_stop(reason)
             early_stop(row)              e.g. SFT's stop_at_accuracy
         Stop in Jupyter (KeyboardInterrupt) or a non-finite loss ends the call cleanly; `stop_reason`
@@ -55,7 +55,7 @@ class TrainingLoop:
                 metrics = self.train_step()
                 out_of_time = budget_end is not None and self.train_time >= budget_end
                 if c.eval_every and (self.step % c.eval_every == 0 or self.step == last_step or out_of_time):
-                    metrics["eval_accuracy"] = self.evaluate()
+                    metrics.update(self.evaluation())
                 call_hooks(self.callbacks, "on_step_end", self, metrics, self.latest_distributions())
                 self.stop_reason = self.early_stop(metrics) or self.stop_request
                 if self.stop_reason:
@@ -105,9 +105,14 @@ class TrainingLoop:
     def after_train(self) -> None:
         """Called when train() ends, however it ends, before the callbacks' on_train_end."""
 
+    def evaluation(self) -> dict:
+        """The evaluation columns of a row: {"eval_accuracy": evaluate()}. A trainer that measures more
+        at each evaluation (the reward model: train, validation and gold accuracies) returns more."""
+        return {"eval_accuracy": self.evaluate()}
+
     def start_row(self) -> dict:
         """Row 0 of the history: the model before training."""
-        return {"step": 0, "wall_time": 0.0, "eval_accuracy": self.evaluate()}
+        return {"step": 0, "wall_time": 0.0, **self.evaluation()}
 
     def latest_distributions(self):
         """What the live histograms show for the step just done (RL), or None."""

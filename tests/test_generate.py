@@ -61,6 +61,23 @@ def test_eos_stops_rows_and_pads_after(model):
     assert out.finished.any() and out.truncated.any()  # both outcomes present in this setting
 
 
+def test_min_new_tokens_forbids_eos_early_as_transformers(model):
+    eos = model.config.eos_token_id
+    free = generate(model, PROMPTS * 8, SamplingConfig(temperature=3.0, max_new_tokens=8, seed=0))
+    assert (free.completion_ids[:, :3] == eos).any()  # without the rule, EOS comes early somewhere
+    held = generate(model, PROMPTS * 8, SamplingConfig(temperature=3.0, max_new_tokens=8, min_new_tokens=3, seed=0))
+    assert not (held.completion_ids[:, :3] == eos).any() and (held.completion_ids == eos).any()
+    config = SamplingConfig(do_sample=False, max_new_tokens=8, min_new_tokens=3)
+    ours = generate(model, PROMPTS, config)
+    with torch.no_grad():
+        theirs = to_hf(model).generate(input_ids=ours.prompt_ids, attention_mask=ours.prompt_mask, pad_token_id=0,
+                                       eos_token_id=eos, **config.hf_generate_kwargs())
+    generated = theirs[:, ours.prompt_ids.shape[1]:]
+    assert torch.equal(generated[:, : ours.completion_ids.shape[1]], ours.completion_ids)
+    with pytest.raises(ValueError, match="min_new_tokens must satisfy 0 <= min_new_tokens <= 8"):
+        SamplingConfig(max_new_tokens=8, min_new_tokens=9)
+
+
 def test_seeded_sampling_is_reproducible_and_logprobs_match_a_forward(model):
     config = SamplingConfig(do_sample=True, temperature=0.8, top_p=0.9, max_new_tokens=12, seed=7,
                             return_logprobs=True)

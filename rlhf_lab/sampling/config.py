@@ -34,6 +34,9 @@ class SamplingConfig:
             1.0 = off, > 1 discourages repeats, < 1 encourages them.
         no_repeat_ngram_size: forbid any token that would repeat an n-gram of this size; 0 = off.
         max_new_tokens: how many tokens to generate at most.
+        min_new_tokens: EOS is forbidden (its score set to -inf) until this many tokens were generated,
+            as transformers' `MinNewTokensLengthLogitsProcessor`; 0 = off. A way to get longer, "verbose"
+            completions from the same model (the preference data uses it).
         min_tokens_to_keep: no filter (top-k, top-p, min-p) may leave fewer candidates than this.
         seed: seed for the sampling `torch.Generator` (see `make_generator`); None = unseeded.
         return_logprobs: whether generation should return the log-prob of each sampled token under the
@@ -48,6 +51,7 @@ class SamplingConfig:
     repetition_penalty: float = 1.0
     no_repeat_ngram_size: int = 0
     max_new_tokens: int = 16
+    min_new_tokens: int = 0
     min_tokens_to_keep: int = 1
     seed: int | None = None
     return_logprobs: bool = False
@@ -71,6 +75,7 @@ class SamplingConfig:
         for name in ("top_k", "no_repeat_ngram_size"):  # 0 = off
             check_number(name, getattr(self, name), low=0, integer=True)
         check_number("max_new_tokens", self.max_new_tokens, low=1, integer=True)
+        check_number("min_new_tokens", self.min_new_tokens, low=0, high=self.max_new_tokens, integer=True)
         check_number("min_tokens_to_keep", self.min_tokens_to_keep, low=1, integer=True)
         check_optional(check_number, "seed", self.seed, integer=True)
 
@@ -96,6 +101,7 @@ class SamplingConfig:
         kwargs: dict[str, Any] = {
             "do_sample": self.do_sample,
             "max_new_tokens": self.max_new_tokens,
+            "min_new_tokens": self.min_new_tokens,
             "repetition_penalty": self.repetition_penalty,
             "no_repeat_ngram_size": self.no_repeat_ngram_size,
         }

@@ -173,6 +173,9 @@ def generate(
     steps = 0
     for t in range(T_max):
         width = P + t
+        if t < config.min_new_tokens:  # HF's MinNewTokensLengthLogitsProcessor: no EOS yet (-inf survives every stage)
+            logits = logits.clone()
+            logits[:, eos_id] = float("-inf")
         scores = process_logits(logits, ids[:, :width], config, mask[:, :width])
         if config.do_sample or logprobs is not None:
             tokens, token_logprobs = sample_next_token(scores, config, generator)

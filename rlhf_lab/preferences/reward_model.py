@@ -1,0 +1,399 @@
+"""A Bradley-Terry reward model: the lab's tiny Llama trunk with a scalar head, trained on preference pairs.
+
+    P(y_w > y_l | x) = sigmoid(r(x, y_w) - r(x, y_l))            (Bradley & Terry 1952)
+    loss = -log sigmoid(r_w - r_l - margin)  [+ c * (r_w + r_l)^2]   (TRL RewardTrainer's optional centring)
+
+As in InstructGPT (arXiv 2203.02155): the trunk starts from the SFT model, a linear head maps the
+final hidden state to one number, and the score is read at the completion's LAST token (the EOS
+when the model finished). Only differences of scores are learned, so a constant can be added to
+every score without changing the loss: `RewardModel.offset` centres the scores on the training
+completions after training, which is what an RL trainer without per-group normalisation (PPO) wants.
+
+    rm = RewardModel.from_sft()                                  # addition_sft trunk + a fresh head
+    trainer = RewardTrainer(RewardConfig(steps=300), rm)         # a rlhf_lab.loop.TrainingLoop
+    trainer.train()
+    rm.score(prompts, completions)                               # (batch,) tensor
+    rl.Trainer(config, reward_fn=rm)                             # RL against it (score_batch)
+    rm.save_pretrained(folder); RewardModel.from_pretrained(folder)  # or the shipped "reward_model"
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..callbacks import NonFiniteLossError
+from ..checkpoints import load_checkpoint
+from ..device import autocast, pick_device
+from ..loop import TrainingLoop, clone_state, optimizer_snapshot, restore_optimizer
+from ..model import LlamaModel
+from ..rl.rollout import encode_rollout
+from ..schedule import learning_rate_at
+from ..validation import check_choice, check_number, check_optional
+from .data import LABEL_SOURCES, PreferencePair, load_preferences, orient
+
+SHIPPED_REWARD_MODEL = "reward_model"  # data/checkpoints/reward_model
+
+
+def bradley_terry_loss(chosen_rewards: torch.Tensor, rejected_rewards: torch.Tensor, margin=0.0,
+                       center_rewards_coefficient: float | None = None) -> torch.Tensor:
+    """Mean over pairs of -log sigmoid(r_w - r_l - margin), plus c * mean((r_w + r_l)^2) when
+    `center_rewards_coefficient` c is set (TRL's RewardTrainer; Eisenstein et al. 2023).
+
+    chosen_rewards, rejected_rewards: (batch,). margin: a float or a (batch,) tensor (Llama 2 used a
+    margin from the rated preference strength). r_w = 1, r_l = 0, margin 0 -> log(1 + e^-1) = 0.31326.
+    """
+    if chosen_rewards.shape != rejected_rewards.shape:
+        raise ValueError(f"chosen_rewards and rejected_rewards must have the same shape, got "
+                         f"{tuple(chosen_rewards.shape)} and {tuple(rejected_rewards.shape)}")
+    loss = -F.logsigmoid(chosen_rewards - rejected_rewards - margin).mean()  # -log sigmoid(r_w - r_l - m)
+    if center_rewards_coefficient is not None:
+        loss = loss + center_rewards_coefficient * ((chosen_rewards + rejected_rewards) ** 2).mean()
+    return loss
+
+
+class RewardModel(nn.Module):
+    """r(x, y): a `LlamaModel` trunk whose scalar head (`value_head`, hidden -> 1) is read at the last
+    token of prompt + completion (+ EOS when finished).
+
+    offset: subtracted from every score (set by `RewardTrainer` to centre the scores; see module doc).
+    Scoring inputs are strings; `score` keeps the autograd graph (training), `score_batch` does not.
+    """
+
+    def __init__(self, model: LlamaModel, tokenizer, offset: float = 0.0) -> None:
+        super().__init__()
+        if model.value_head is None:
+            model.add_value_head()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.offset = float(offset)
+
+    @classmethod
+    def from_sft(cls, checkpoint: str | os.PathLike = "addition_sft", device: str = "cpu") -> RewardModel:
+        """The SFT model's trunk with a fresh scalar head initialised to zero: every score starts
+        at 0, so the untrained model is exactly at chance (a random head would already rank pairs by
+        whatever its random direction happens to pick up from the trunk)."""
+        model, tokenizer, _ = load_checkpoint(checkpoint, device=device)
+        model.value_head = None
+        model.add_value_head()  # zero-initialised
+        return cls(model, tokenizer)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, last_index: torch.Tensor) -> torch.Tensor:
+        """Raw scores (batch,): the head's value at `last_index` of each row of input_ids (batch, seq)."""
+        with autocast(self.device):
+            out = self.model(input_ids, attention_mask=attention_mask, num_logits_to_keep=1)  # logits unused
+        values = out.values  # (batch, seq) float32
+        return values.gather(1, last_index[:, None]).squeeze(1)
+
+    def encode(self, prompts: Sequence[str], completions: Sequence[str], finished: Sequence[bool] | None = None):
+        """(input_ids (B, L), attention_mask (B, L), last_index (B,)): left-padded prompts with BOS,
+        right-padded completions with EOS where finished (default: everywhere)."""
+        batch = encode_rollout(self.tokenizer, list(prompts), list(completions), finished, device=self.device)
+        last_index = batch.prompt_width + batch.completion_mask.sum(dim=1).long() - 1  # EOS, or the last prompt token
+        return batch.input_ids, batch.attention_mask, last_index
+
+    def score(self, prompts: Sequence[str], completions: Sequence[str], finished: Sequence[bool] | None = None) -> torch.Tensor:
+        """(batch,) float32 scores r(x, y) - offset, with gradients when the model is trainable."""
+        return self(*self.encode(prompts, completions, finished)) - self.offset
+
+    @torch.no_grad()
+    def score_batch(self, prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str] | None = None,
+                    finished: Sequence[bool] | None = None, batch_size: int = 512) -> list[float]:
+        """Scores as floats, batched, without gradients: the interface `rl.Trainer(reward_fn=rm)` calls.
+        `answers` is ignored (a reward model does not see the reference answer; it is in the
+        signature so the RL trainer can pass the same arguments as to a rule)."""
+        was_training = self.training
+        self.eval()
+        try:
+            finished = [True] * len(prompts) if finished is None else [bool(f) for f in finished]
+            scores = []
+            for start in range(0, len(prompts), batch_size):
+                end = start + batch_size
+                scores += self.score(prompts[start:end], completions[start:end], finished[start:end]).tolist()
+        finally:
+            self.train(was_training)
+        return scores
+
+    def save_pretrained(self, folder: str | os.PathLike, metadata: dict | None = None) -> Path:
+        """A Hugging Face Llama folder (the trunk) plus value_head.safetensors (the scalar head); the
+        offset and `metadata` go to config.json["rlhf_lab"]. `load_checkpoint(folder)` loads the trunk
+        with its head; `RewardModel.from_pretrained(folder)` the reward model."""
+        from ..model import save_pretrained
+
+        meta = {"kind": "reward_model", "reward_offset": self.offset, **(metadata or {})}
+        return save_pretrained(self.model, folder, tokenizer=self.tokenizer, metadata=meta)
+
+    @classmethod
+    def from_pretrained(cls, name: str | os.PathLike = SHIPPED_REWARD_MODEL, device: str = "cpu") -> RewardModel:
+        """A saved reward model: a shipped name ("reward_model", "reward_model_seed1", ...) or a folder."""
+        model, tokenizer, meta = load_checkpoint(name, device=device)
+        if model.value_head is None:
+            raise ValueError(f"{name!r} has no value_head.safetensors: it is a language model, not a reward model")
+        return cls(model, tokenizer, offset=meta.get("reward_offset", 0.0))
+
+
+class RewardEnsemble:
+    """Several reward models scored together (Coste et al. 2023, arXiv 2310.02743).
+
+    aggregate: "mean" (average), "min" (worst case over members), or "mean_minus_std"
+    (mean - std_coef * std over members: uncertainty-weighted, conservative where they disagree).
+    """
+
+    AGGREGATES = ("mean", "min", "mean_minus_std")
+
+    def __init__(self, members: Sequence[RewardModel], aggregate: str = "mean", std_coef: float = 1.0) -> None:
+        if len(members) == 0:
+            raise ValueError("members must hold at least one RewardModel")
+        check_choice("aggregate", aggregate, self.AGGREGATES)
+        check_number("std_coef", std_coef, low=0)
+        self.members, self.aggregate, self.std_coef = list(members), aggregate, std_coef
+
+    def member_scores(self, prompts, completions, finished=None) -> torch.Tensor:
+        """(members, batch) scores."""
+        return torch.stack([m.score(prompts, completions, finished) for m in self.members])
+
+    def combine(self, scores: torch.Tensor) -> torch.Tensor:
+        """(members, batch) -> (batch,) by `aggregate`."""
+        if self.aggregate == "mean":
+            return scores.mean(dim=0)
+        if self.aggregate == "min":
+            return scores.min(dim=0).values
+        return scores.mean(dim=0) - self.std_coef * scores.std(dim=0, unbiased=False)
+
+    def score(self, prompts, completions, finished=None) -> torch.Tensor:
+        return self.combine(self.member_scores(prompts, completions, finished))
+
+    @torch.no_grad()
+    def score_batch(self, prompts, completions, answers=None, finished=None) -> list[float]:
+        scores = torch.tensor([m.score_batch(prompts, completions, answers, finished) for m in self.members])
+        return self.combine(scores).tolist()
+
+
+@torch.no_grad()
+def pair_scores(reward_model, pairs: Sequence[PreferencePair]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(chosen scores (N,), rejected scores (N,)) of the pairs as they are oriented."""
+    prompts = [p.prompt for p in pairs]
+    chosen = torch.tensor(reward_model.score_batch(prompts, [p.chosen for p in pairs], None,
+                                                   [p.chosen_finished for p in pairs]))
+    rejected = torch.tensor(reward_model.score_batch(prompts, [p.rejected for p in pairs], None,
+                                                     [p.rejected_finished for p in pairs]))
+    return chosen, rejected
+
+
+def pairwise_accuracy(reward_model, pairs: Sequence[PreferencePair], label: str = "majority") -> float:
+    """Fraction of pairs where the model scores higher the side `label` prefers ("majority",
+    "gold" or an annotator's name); pairs without a preference (gold ties) are left out, equal
+    scores count one half."""
+    oriented = orient(pairs, label)
+    if not oriented:
+        raise ValueError(f"no pair has a {label!r} preference")
+    chosen, rejected = pair_scores(reward_model, oriented)
+    return float(((chosen > rejected).float() + 0.5 * (chosen == rejected).float()).mean())
+
+
+@dataclass
+class RewardConfig:
+    """Settings of one reward-model run (names as TRL's RewardConfig where it has them)."""
+
+    init_checkpoint: str = "addition_sft"  # the trunk's starting point (InstructGPT: the SFT model)
+    label: str = "majority"  # which preference to learn: "majority", "gold", or an annotator's name
+    n_pairs: int | None = None  # use the first n training pairs (None: all)
+    steps: int = 300
+    batch_size: int = 32  # pairs per step
+    learning_rate: float = 1e-3
+    warmup_steps: int = 20
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    margin: float = 0.0  # -log sigmoid(r_w - r_l - margin)
+    center_rewards_coefficient: float | None = None  # TRL: + c * (r_w + r_l)^2
+    eval_every: int = 25  # 0: never evaluate
+    time_budget: float | None = None
+    seed: int = 0  # batch order
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.label, str) or not self.label:
+            raise ValueError(f"label must be one of {LABEL_SOURCES} or an annotator's name, got {self.label!r}")
+        check_optional(check_number, "n_pairs", self.n_pairs, low=1, integer=True)
+        for name in ("steps", "warmup_steps", "eval_every", "seed"):
+            check_number(name, getattr(self, name), low=0, integer=True)
+        check_number("batch_size", self.batch_size, low=1, integer=True)
+        check_number("learning_rate", self.learning_rate, low=0, low_open=True)
+        check_number("weight_decay", self.weight_decay, low=0)
+        check_number("max_grad_norm", self.max_grad_norm, low=0, low_open=True)
+        check_number("margin", self.margin)
+        check_optional(check_number, "center_rewards_coefficient", self.center_rewards_coefficient, low=0)
+        check_optional(check_number, "time_budget", self.time_budget, low=0, low_open=True)
+
+
+HISTORY_COLUMNS = ("step", "wall_time", "loss", "batch_accuracy", "train_accuracy", "eval_accuracy",
+                   "eval_gold_accuracy", "lr", "grad_norm")
+
+
+class RewardTrainer(TrainingLoop):
+    """Train a `RewardModel` with the Bradley-Terry loss on preference pairs.
+
+    Args:
+        config: the run's settings.
+        model: the reward model to train; None: `RewardModel.from_sft(config.init_checkpoint)`.
+        train_pairs / eval_pairs: default the shipped "train" / "validation" splits. The training pairs
+            are oriented by `config.label` (gold ties dropped when it is "gold") and cut to `config.n_pairs`.
+        callbacks: `rlhf_lab.callbacks.Callback`s.
+
+    Each evaluation row holds `train_accuracy` (on the training pairs, against config.label),
+    `eval_accuracy` (validation, against config.label) and `eval_gold_accuracy` (validation, against
+    the gold). After training, `model.offset` centres the scores on the training completions.
+    """
+
+    dashboard_kind = "sft"  # LiveDashboard draws loss and accuracy
+
+    def __init__(self, config: RewardConfig, model: RewardModel | None = None,
+                 train_pairs: Sequence[PreferencePair] | None = None,
+                 eval_pairs: Sequence[PreferencePair] | None = None, callbacks=()) -> None:
+        self.config = config
+        self.device = pick_device(config.device)
+        torch.manual_seed(config.seed)
+        train_pairs = load_preferences("train") if train_pairs is None else list(train_pairs)
+        self.eval_pairs = load_preferences("validation") if eval_pairs is None else list(eval_pairs)
+        if config.n_pairs is not None:
+            train_pairs = train_pairs[: config.n_pairs]
+        self.train_pairs = orient(train_pairs, config.label)
+        if not self.train_pairs or not self.eval_pairs:
+            raise ValueError(f"need training and evaluation pairs, got {len(self.train_pairs)} and {len(self.eval_pairs)}")
+        self.model = model if model is not None else RewardModel.from_sft(config.init_checkpoint, device=str(self.device))
+        self.model.to(self.device)
+        decay = [p for p in self.model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in self.model.parameters() if p.dim() < 2]
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=config.learning_rate, betas=(0.9, 0.98))
+        self.batch_generator = torch.Generator().manual_seed(config.seed)
+        self.callbacks = list(callbacks)
+        self.rows: list[dict] = []
+        self.step = 0
+        self.train_time = 0.0
+        self.stop_reason: str | None = None
+
+    @property
+    def history(self) -> pd.DataFrame:
+        frame = pd.DataFrame(self.rows)
+        ordered = [c for c in HISTORY_COLUMNS if c in frame.columns]
+        frame = frame[ordered + [c for c in frame.columns if c not in ordered]]
+        frame.attrs["config"] = asdict(self.config)
+        return frame
+
+    def evaluate(self, pairs: Sequence[PreferencePair] | None = None) -> float:
+        """Pairwise accuracy on `pairs` (default the evaluation pairs) against config.label."""
+        return pairwise_accuracy(self.model, self.eval_pairs if pairs is None else pairs, self.config.label)
+
+    def evaluation(self) -> dict:
+        if not self.config.eval_every:
+            return {"eval_accuracy": math.nan}
+        # train accuracy on (at most) the first eval_pairs-many training pairs: the same cost as validation
+        seen = self.train_pairs[: max(len(self.eval_pairs), 1)]
+        return {"train_accuracy": pairwise_accuracy(self.model, seen, "majority"),  # already oriented
+                "eval_accuracy": self.evaluate(),
+                "eval_gold_accuracy": pairwise_accuracy(self.model, self.eval_pairs, "gold")}
+
+    def before_train(self) -> None:
+        self.model.train()
+
+    def after_train(self) -> None:
+        self.model.eval()
+        self.model.offset = 0.0
+        chosen, rejected = pair_scores(self.model, self.train_pairs)
+        self.model.offset = float(torch.cat([chosen, rejected]).mean())  # centred on the training completions
+
+    def _snapshot(self):
+        return (clone_state(self.model.state_dict()), optimizer_snapshot(self.optimizer),
+                self.batch_generator.get_state())
+
+    def _restore(self, snapshot) -> None:
+        weights, optimizer, batch_state = snapshot
+        self.model.load_state_dict(weights)
+        restore_optimizer(self.optimizer, optimizer)
+        self.batch_generator.set_state(batch_state)
+
+    def _step(self) -> dict:
+        c = self.config
+        step = self.step + 1
+        lr = learning_rate_at(step, c.learning_rate, c.warmup_steps, c.steps, schedule="cosine")
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        t0 = time.perf_counter()
+        index = torch.randint(0, len(self.train_pairs), (min(c.batch_size, len(self.train_pairs)),),
+                              generator=self.batch_generator).tolist()
+        batch = [self.train_pairs[i] for i in index]
+        n = len(batch)
+        # chosen and rejected in one forward pass: rows 0..n-1 chosen, n..2n-1 rejected
+        scores = self.model.score([p.prompt for p in batch] * 2, [p.chosen for p in batch] + [p.rejected for p in batch],
+                                  [p.chosen_finished for p in batch] + [p.rejected_finished for p in batch])
+        chosen, rejected = scores[:n], scores[n:]
+        loss = bradley_terry_loss(chosen, rejected, c.margin, c.center_rewards_coefficient)
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(f"reward-model loss became {loss.item()} at step {step}; lower learning_rate")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm))
+        if not math.isfinite(grad_norm):
+            raise NonFiniteLossError(f"reward-model gradient norm became {grad_norm} at step {step}; lower learning_rate")
+        self.optimizer.step()
+        step_time = time.perf_counter() - t0
+        self.step = step
+        self.train_time += step_time
+        return {"step": step, "wall_time": self.train_time, "loss": loss.item(),
+                "batch_accuracy": float((chosen > rejected).float().mean()), "lr": lr, "grad_norm": grad_norm,
+                "eval_accuracy": math.nan}
+
+
+# The shipped reward models (data/checkpoints/reward_model, reward_model_seed1, ...): the same run
+# with different seeds (head initialisation and batch order), on the shipped training pairs.
+SHIPPED_CONFIG = RewardConfig()
+ENSEMBLE_SEEDS = (1, 2)
+
+
+def train_reward_model(config: RewardConfig, folder: str | os.PathLike | None = None, progress: bool = True,
+                       train_pairs=None, eval_pairs=None) -> tuple[RewardModel, pd.DataFrame]:
+    """Train a reward model with `config` (default data: the shipped splits) and, if `folder` is given,
+    save it there with its validation accuracies (against the majority and the gold) in the metadata."""
+    from ..callbacks import ProgressBar
+
+    trainer = RewardTrainer(config, train_pairs=train_pairs, eval_pairs=eval_pairs,
+                            callbacks=[ProgressBar()] if progress else [])
+    history = trainer.train()
+    if trainer.stop_reason in ("interrupted", "non_finite"):
+        raise RuntimeError(f"reward-model training stopped: {trainer.stop_reason}; nothing saved")
+    if folder is not None:
+        meta = {"reward_config": asdict(config), "train_pairs": len(trainer.train_pairs),
+                "validation_pairs": len(trainer.eval_pairs), "train_seconds": round(trainer.train_time, 1),
+                "validation_accuracy": pairwise_accuracy(trainer.model, trainer.eval_pairs, config.label),
+                "validation_gold_accuracy": pairwise_accuracy(trainer.model, trainer.eval_pairs, "gold")}
+        trainer.model.save_pretrained(folder, metadata=meta)
+        history.to_csv(Path(folder) / "history.csv", index=False)
+    return trainer.model, history
+
+
+def build_shipped_reward_models(out_dir: str | os.PathLike | None = None) -> list[Path]:
+    """Retrain data/checkpoints/reward_model and the ensemble members reward_model_seed{1,2}."""
+    from ..checkpoints import CHECKPOINT_DIR
+
+    out_dir = Path(out_dir or CHECKPOINT_DIR)
+    folders = []
+    for seed in (SHIPPED_CONFIG.seed, *ENSEMBLE_SEEDS):
+        name = SHIPPED_REWARD_MODEL if seed == SHIPPED_CONFIG.seed else f"{SHIPPED_REWARD_MODEL}_seed{seed}"
+        train_reward_model(SHIPPED_CONFIG.__class__(**{**asdict(SHIPPED_CONFIG), "seed": seed}), out_dir / name)
+        folders.append(out_dir / name)
+    return folders
