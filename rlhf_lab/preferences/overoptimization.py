@@ -53,7 +53,7 @@ from ..validation import check_choice, check_number
 __all__ = [
     "FIT_FORMS", "BestOfNPool", "GaoFit", "GoldEarlyStopping", "PolicyMeasurement", "RewardSum", "RewardTracker",
     "StepTimeBreakdown", "TimedReward", "best_of_n", "best_of_n_curve", "best_of_n_kl", "best_of_n_kl_bound", "best_of_n_pool",
-    "completion_texts", "fit_gao", "measure_policy", "sampled_best_of_n_kl", "sequence_kl",
+    "completion_texts", "fit_gao", "measure_policy", "sample_proxy_and_gold", "sampled_best_of_n_kl", "sequence_kl",
 ]
 
 FIT_FORMS = ("bon", "rl")
@@ -186,14 +186,11 @@ class PolicyMeasurement:
 
 
 @torch.no_grad()
-def measure_policy(policy, ref_model, tokenizer, task, examples: Sequence, proxy, gold, num_generations: int = 4,
-                   temperature: float = 1.0, max_new_tokens: int | None = None, seed: int = 0) -> PolicyMeasurement:
-    """Sample `num_generations` completions per example from `policy` and measure the proxy reward,
-    the gold reward, the exact-match accuracy and KL(policy || ref_model) on them.
-
-    The same seed at every call gives common random numbers: two policies measured with the same
-    seed differ by what they learned, less by sampling noise."""
-    check_number("num_generations", num_generations, low=1, integer=True)
+def sample_proxy_and_gold(policy, tokenizer, task, examples: Sequence, proxy, gold, num_generations: int,
+                          temperature: float = 1.0, max_new_tokens: int | None = None,
+                          seed: int = 0) -> tuple[Rollout, list[str], torch.Tensor]:
+    """`num_generations` sampled completions per example (eval mode, a generator seeded with `seed`),
+    scored by the proxy (rollout.rewards, one batch) and the gold: (rollout, (N,) texts, (N,) gold)."""
     if len(examples) == 0:
         raise ValueError("examples must not be empty")
     was_training = policy.training
@@ -203,13 +200,27 @@ def measure_policy(policy, ref_model, tokenizer, task, examples: Sequence, proxy
                                   max_new_tokens=max_new_tokens or completion_budget(examples))
         generator = torch.Generator(policy.device).manual_seed(seed)
         rollout = sample_and_score(policy, tokenizer, examples, num_generations, sampling, proxy, task, generator)
-        texts = completion_texts(tokenizer, rollout)
-        prompts = [e.prompt for e in rollout.examples]
-        gold_scores = score_completions(gold, prompts, texts, [e.answer for e in rollout.examples],
-                                        rollout.finished.tolist())
-        kl = sequence_kl(policy, ref_model, rollout, temperature).cpu()
     finally:
         policy.train(was_training)
+    texts = completion_texts(tokenizer, rollout)
+    gold_scores = score_completions(gold, [e.prompt for e in rollout.examples], texts,
+                                    [e.answer for e in rollout.examples], rollout.finished.tolist())
+    return rollout, texts, gold_scores
+
+
+@torch.no_grad()
+def measure_policy(policy, ref_model, tokenizer, task, examples: Sequence, proxy, gold, num_generations: int = 4,
+                   temperature: float = 1.0, max_new_tokens: int | None = None, seed: int = 0) -> PolicyMeasurement:
+    """Sample `num_generations` completions per example from `policy` and measure the proxy reward,
+    the gold reward, the exact-match accuracy and KL(policy || ref_model) on them.
+
+    The same seed at every call gives common random numbers: two policies measured with the same
+    seed differ by what they learned, less by sampling noise."""
+    check_number("num_generations", num_generations, low=1, integer=True)
+    rollout, texts, gold_scores = sample_proxy_and_gold(policy, tokenizer, task, examples, proxy, gold, num_generations,
+                                                        temperature, max_new_tokens, seed)
+    kl = sequence_kl(policy, ref_model, rollout, temperature).cpu()
+    prompts = [e.prompt for e in rollout.examples]
     n = len(examples)
     kl_mean, kl_se = _mean_and_se(kl, n)
     proxy_mean, proxy_se = _mean_and_se(rollout.rewards.cpu(), n)
@@ -246,18 +257,8 @@ def best_of_n_pool(policy, tokenizer, task, examples: Sequence, proxy, gold, poo
     """Sample a pool of `pool_size` completions per example and score every one with the proxy (in
     one batch) and the gold reward."""
     check_number("pool_size", pool_size, low=1, integer=True)
-    was_training = policy.training
-    policy.eval()
-    try:
-        sampling = SamplingConfig(do_sample=True, temperature=temperature,
-                                  max_new_tokens=max_new_tokens or completion_budget(examples))
-        generator = torch.Generator(policy.device).manual_seed(seed)
-        rollout = sample_and_score(policy, tokenizer, examples, pool_size, sampling, proxy, task, generator)
-    finally:
-        policy.train(was_training)
-    texts = completion_texts(tokenizer, rollout)
-    gold_scores = score_completions(gold, [e.prompt for e in rollout.examples], texts,
-                                    [e.answer for e in rollout.examples], rollout.finished.tolist())
+    rollout, texts, gold_scores = sample_proxy_and_gold(policy, tokenizer, task, examples, proxy, gold, pool_size,
+                                                        temperature, max_new_tokens, seed)
     shape = (len(examples), pool_size)
     return BestOfNPool(
         prompts=[e.prompt for e in examples],
