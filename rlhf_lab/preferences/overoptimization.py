@@ -305,10 +305,11 @@ def best_of_n_curve(pool: BestOfNPool, ns: Sequence[int]) -> pd.DataFrame:
         proxy = _expected_winner_value(pool.proxy, pool.proxy, n)
         gold = _expected_winner_value(pool.proxy, pool.gold, n)
         kl = best_of_n_kl(pool.proxy, n)
-        se = (lambda x: float(x.std() / math.sqrt(P)) if P > 1 else float("nan"))
+        proxy_mean, proxy_se = _mean_and_se(proxy, P)  # one value per prompt
+        gold_mean, gold_se = _mean_and_se(gold, P)
         rows.append({"n": n, "kl": float(kl.mean()), "d": math.sqrt(max(float(kl.mean()), 0.0)),
-                     "kl_bound": best_of_n_kl_bound(n), "proxy": float(proxy.mean()), "proxy_se": se(proxy),
-                     "gold": float(gold.mean()), "gold_se": se(gold)})
+                     "kl_bound": best_of_n_kl_bound(n), "proxy": proxy_mean, "proxy_se": proxy_se,
+                     "gold": gold_mean, "gold_se": gold_se})
     return pd.DataFrame(rows)
 
 
