@@ -22,6 +22,7 @@ import warnings
 import torch
 
 from .callbacks import NonFiniteLossError, call_hooks
+from .schedule import learning_rate_at
 from .validation import check_number
 
 
@@ -142,3 +143,58 @@ def restore_optimizer(optimizer: torch.optim.Optimizer, snapshot) -> None:
     optimizer.state.update(moments)
     for group, rate in zip(optimizer.param_groups, rates):
         group["lr"] = rate
+
+
+class SupervisedLoop(TrainingLoop):
+    """A `TrainingLoop` over `model`, `optimizer` and a `batch_generator` (SFT, the reward model):
+    the optimiser and bookkeeping they share (`start`), what a step changes (weights, optimiser state,
+    batch order), the warm-up + cosine schedule of `config.learning_rate` over `config.steps`, and a
+    pandas `history` whose first columns are `history_columns`."""
+
+    history_columns: tuple[str, ...] = ()
+
+    def start(self, callbacks=()) -> None:
+        """AdamW over `self.model` (config.learning_rate, config.weight_decay), the batch-order RNG
+        (config.seed) and empty bookkeeping. Call at the end of __init__, once `model` is set."""
+        c = self.config
+        # No weight decay on gains (RMSNorm weights, 1-D): shrinking them towards 0 is not regularisation.
+        decay = [p for p in self.model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in self.model.parameters() if p.dim() < 2]
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": c.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=c.learning_rate, betas=(0.9, 0.98))
+        self.batch_generator = torch.Generator().manual_seed(c.seed)  # batch order
+        self.callbacks = list(callbacks)
+        self.rows: list[dict] = []
+        self.step = 0
+        self.train_time = 0.0  # seconds spent in training steps (evaluation excluded)
+        self.stop_reason = None
+
+    @property
+    def history(self):
+        import dataclasses
+
+        import pandas as pd
+
+        frame = pd.DataFrame(self.rows)
+        ordered = [c for c in self.history_columns if c in frame.columns]
+        frame = frame[ordered + [c for c in frame.columns if c not in ordered]]
+        frame.attrs["config"] = dataclasses.asdict(self.config)
+        return frame
+
+    def _snapshot(self):
+        return clone_state(self.model.state_dict()), optimizer_snapshot(self.optimizer), self.batch_generator.get_state()
+
+    def _restore(self, snapshot) -> None:
+        weights, optimizer_state, generator_state = snapshot
+        self.model.load_state_dict(weights)
+        restore_optimizer(self.optimizer, optimizer_state)
+        self.batch_generator.set_state(generator_state)
+
+    def set_learning_rate(self, step: int) -> float:
+        """Set (and return) the learning rate of 1-based optimiser step `step`."""
+        c = self.config
+        lr = learning_rate_at(step, c.learning_rate, c.warmup_steps, c.steps, schedule="cosine")
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr

@@ -27,9 +27,8 @@ import torch.nn.functional as F
 from .callbacks import NonFiniteLossError, ProgressBar
 from .device import autocast, pick_device
 from .evaluate import greedy_accuracy
-from .loop import TrainingLoop, clone_state, optimizer_snapshot, restore_optimizer
+from .loop import SupervisedLoop
 from .model import LlamaModel, ModelConfig
-from .schedule import learning_rate_at
 from .tasks import TASKS, get_task
 from .tasks.jsonl import SPLIT_N_TRAIN
 from .validation import check_choice, check_number, check_optional
@@ -127,7 +126,7 @@ def completion_loss(model, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> 
 HISTORY_COLUMNS = ("step", "wall_time", "step_time", "loss", "eval_accuracy", "lr", "grad_norm", "tokens_per_s")
 
 
-class SFTTrainer(TrainingLoop):
+class SFTTrainer(SupervisedLoop):
     """SFT of `model` (default: a fresh `lab_model_config` model) on `train_examples`.
 
     Args:
@@ -146,6 +145,7 @@ class SFTTrainer(TrainingLoop):
     """
 
     dashboard_kind = "sft"  # LiveDashboard draws its SFT panels for this trainer
+    history_columns = HISTORY_COLUMNS
 
     def __init__(self, config: SFTConfig, tokenizer, model: LlamaModel | None = None,
                  train_examples: Sequence | None = None, eval_examples: Sequence | None = None,
@@ -168,30 +168,10 @@ class SFTTrainer(TrainingLoop):
         self.model = model.to(self.device).train()
         # Every example encoded once, right-padded: (N, L) token ids and the completion mask.
         self.input_ids, self.loss_mask = encode_examples(tokenizer, self.train_examples, self.device)
-        # No weight decay on gains (RMSNorm weights, 1-D): shrinking them towards 0 is not regularisation.
-        decay = [p for n, p in self.model.named_parameters() if p.dim() >= 2]
-        no_decay = [p for n, p in self.model.named_parameters() if p.dim() < 2]
-        self.optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=config.learning_rate, betas=(0.9, 0.98),
-        )
-        self.batch_generator = torch.Generator().manual_seed(config.seed)  # batch order
-        self.callbacks = list(callbacks)
-        self.rows: list[dict] = []
-        self.step = 0
-        self.train_time = 0.0  # seconds spent in training steps (evaluation excluded)
-        self.stop_reason: str | None = None
+        self.start(callbacks)
 
     # ------------------------------------------------------------------------------------------
     # Public API
-
-    @property
-    def history(self) -> pd.DataFrame:
-        frame = pd.DataFrame(self.rows)
-        ordered = [c for c in HISTORY_COLUMNS if c in frame.columns]
-        frame = frame[ordered + [c for c in frame.columns if c not in ordered]]
-        frame.attrs["config"] = asdict(self.config)
-        return frame
 
     def evaluate(self, examples: Sequence | None = None) -> float:
         """Greedy exact-match accuracy on `examples` (default `eval_examples`), scored by config.task."""
@@ -215,23 +195,11 @@ class SFTTrainer(TrainingLoop):
     # ------------------------------------------------------------------------------------------
     # One step
 
-    def _snapshot(self):
-        return (clone_state(self.model.state_dict()), optimizer_snapshot(self.optimizer),
-                self.batch_generator.get_state())
-
-    def _restore(self, snapshot) -> None:
-        weights, optimizer, batch_state = snapshot
-        self.model.load_state_dict(weights)
-        restore_optimizer(self.optimizer, optimizer)
-        self.batch_generator.set_state(batch_state)
-
     def _step(self) -> dict:
         """One optimiser step on a random batch of the training examples; returns its row."""
         c = self.config
         step = self.step + 1
-        lr = learning_rate_at(step, c.learning_rate, c.warmup_steps, c.steps, schedule="cosine")
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        self.set_learning_rate(step)
         t0 = time.perf_counter()
         batch = torch.randint(0, len(self.input_ids), (c.batch_size,), generator=self.batch_generator)
         batch = batch.to(self.device)

@@ -259,3 +259,12 @@ def test_reward_model_learns_gold_preferences_and_not_shuffled_ones():
     se = math.sqrt(0.25 / n)  # standard error of an accuracy near 0.5 on n pairs
     assert learned > 0.5 + 4 * se, (learned, se)
     assert abs(chance - 0.5) < 4 * se, (chance, se)
+
+
+def test_checkpoint_readme_lists_the_shipped_reward_models():
+    from rlhf_lab.checkpoints import CHECKPOINT_DIR
+    from rlhf_lab.preferences.reward_model import reward_models_table
+
+    rows = reward_models_table()
+    assert rows.count("\n") >= 2  # the model and two ensemble members
+    assert rows in (CHECKPOINT_DIR / "README.md").read_text(), "regenerate the reward-model rows with reward_models_table()"

@@ -2,7 +2,8 @@
 
 An annotator compares two completions of the same prompt by a utility
 
-    u(y) = gold(y) + length_bias * len(y)          (len in characters)
+    u(y) = gold(y) + length_bias * len(y)          (len in characters; a completion cut off
+                                                    before EOS gets no length credit: gold 0, utility 0)
 
 prefers the higher one (a tie is a coin toss), then flips its answer with probability `flip_rate`
 (lapses, misreads). `length_bias` > 0 is the bias real preference data is known to carry: raters,
@@ -47,7 +48,9 @@ class Annotator:
         check_number("seed", self.seed, integer=True)
 
     def utility(self, prompt: str, completion: str, answer: str, finished: bool = True) -> float:
-        """u(y) = gold(y) + length_bias * len(y)."""
+        """u(y) = gold(y) + length_bias * len(y) for a finished completion; 0 for one cut off (no answer)."""
+        if not finished:
+            return 0.0
         return gold_reward(prompt, completion, answer, finished) + self.length_bias * len(completion)
 
     def describe(self) -> str:
@@ -77,7 +80,7 @@ class Annotator:
 DEFAULT_ANNOTATORS: tuple[Annotator, ...] = (
     Annotator("careful", flip_rate=0.05, length_bias=0.0, seed=1),
     Annotator("hurried", flip_rate=0.20, length_bias=0.0, seed=2),
-    Annotator("verbose_a", flip_rate=0.10, length_bias=0.30, seed=3),
-    Annotator("verbose_b", flip_rate=0.10, length_bias=0.25, seed=4),
-    Annotator("verbose_c", flip_rate=0.15, length_bias=0.35, seed=5),
+    Annotator("verbose_a", flip_rate=0.10, length_bias=0.40, seed=3),
+    Annotator("verbose_b", flip_rate=0.10, length_bias=0.30, seed=4),
+    Annotator("verbose_c", flip_rate=0.15, length_bias=0.50, seed=5),
 )

@@ -19,6 +19,7 @@ completions after training, which is what an RL trainer without per-group normal
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -34,10 +35,9 @@ from torch import nn
 from ..callbacks import NonFiniteLossError
 from ..checkpoints import load_checkpoint
 from ..device import autocast, pick_device
-from ..loop import TrainingLoop, clone_state, optimizer_snapshot, restore_optimizer
+from ..loop import SupervisedLoop
 from ..model import LlamaModel
 from ..rl.rollout import encode_rollout
-from ..schedule import learning_rate_at
 from ..validation import check_choice, check_number, check_optional
 from .data import LABEL_SOURCES, PreferencePair, load_preferences, orient
 
@@ -196,10 +196,10 @@ def pair_scores(reward_model, pairs: Sequence[PreferencePair]) -> tuple[torch.Te
 def pairwise_accuracy(reward_model, pairs: Sequence[PreferencePair], label: str = "majority") -> float:
     """Fraction of pairs where the model scores higher the side `label` prefers ("majority",
     "gold" or an annotator's name); pairs without a preference (gold ties) are left out, equal
-    scores count one half."""
+    scores count one half. nan when no pair has a `label` preference."""
     oriented = orient(pairs, label)
     if not oriented:
-        raise ValueError(f"no pair has a {label!r} preference")
+        return math.nan
     chosen, rejected = pair_scores(reward_model, oriented)
     return float(((chosen > rejected).float() + 0.5 * (chosen == rejected).float()).mean())
 
@@ -243,7 +243,7 @@ HISTORY_COLUMNS = ("step", "wall_time", "loss", "batch_accuracy", "train_accurac
                    "eval_gold_accuracy", "lr", "grad_norm")
 
 
-class RewardTrainer(TrainingLoop):
+class RewardTrainer(SupervisedLoop):
     """Train a `RewardModel` with the Bradley-Terry loss on preference pairs.
 
     Args:
@@ -259,6 +259,7 @@ class RewardTrainer(TrainingLoop):
     """
 
     dashboard_kind = "sft"  # LiveDashboard draws loss and accuracy
+    history_columns = HISTORY_COLUMNS
 
     def __init__(self, config: RewardConfig, model: RewardModel | None = None,
                  train_pairs: Sequence[PreferencePair] | None = None,
@@ -275,25 +276,7 @@ class RewardTrainer(TrainingLoop):
             raise ValueError(f"need training and evaluation pairs, got {len(self.train_pairs)} and {len(self.eval_pairs)}")
         self.model = model if model is not None else RewardModel.from_sft(config.init_checkpoint, device=str(self.device))
         self.model.to(self.device)
-        decay = [p for p in self.model.parameters() if p.dim() >= 2]
-        no_decay = [p for p in self.model.parameters() if p.dim() < 2]
-        self.optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=config.learning_rate, betas=(0.9, 0.98))
-        self.batch_generator = torch.Generator().manual_seed(config.seed)
-        self.callbacks = list(callbacks)
-        self.rows: list[dict] = []
-        self.step = 0
-        self.train_time = 0.0
-        self.stop_reason: str | None = None
-
-    @property
-    def history(self) -> pd.DataFrame:
-        frame = pd.DataFrame(self.rows)
-        ordered = [c for c in HISTORY_COLUMNS if c in frame.columns]
-        frame = frame[ordered + [c for c in frame.columns if c not in ordered]]
-        frame.attrs["config"] = asdict(self.config)
-        return frame
+        self.start(callbacks)
 
     def evaluate(self, pairs: Sequence[PreferencePair] | None = None) -> float:
         """Pairwise accuracy on `pairs` (default the evaluation pairs) against config.label."""
@@ -317,22 +300,10 @@ class RewardTrainer(TrainingLoop):
         chosen, rejected = pair_scores(self.model, self.train_pairs)
         self.model.offset = float(torch.cat([chosen, rejected]).mean())  # centred on the training completions
 
-    def _snapshot(self):
-        return (clone_state(self.model.state_dict()), optimizer_snapshot(self.optimizer),
-                self.batch_generator.get_state())
-
-    def _restore(self, snapshot) -> None:
-        weights, optimizer, batch_state = snapshot
-        self.model.load_state_dict(weights)
-        restore_optimizer(self.optimizer, optimizer)
-        self.batch_generator.set_state(batch_state)
-
     def _step(self) -> dict:
         c = self.config
         step = self.step + 1
-        lr = learning_rate_at(step, c.learning_rate, c.warmup_steps, c.steps, schedule="cosine")
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        lr = self.set_learning_rate(step)
         t0 = time.perf_counter()
         index = torch.randint(0, len(self.train_pairs), (min(c.batch_size, len(self.train_pairs)),),
                               generator=self.batch_generator).tolist()
@@ -372,7 +343,7 @@ def train_reward_model(config: RewardConfig, folder: str | os.PathLike | None = 
     from ..callbacks import ProgressBar
 
     trainer = RewardTrainer(config, train_pairs=train_pairs, eval_pairs=eval_pairs,
-                            callbacks=[ProgressBar()] if progress else [])
+                            callbacks=[ProgressBar(desc=f"reward model seed {config.seed}")] if progress else [])
     history = trainer.train()
     if trainer.stop_reason in ("interrupted", "non_finite"):
         raise RuntimeError(f"reward-model training stopped: {trainer.stop_reason}; nothing saved")
@@ -394,6 +365,51 @@ def build_shipped_reward_models(out_dir: str | os.PathLike | None = None) -> lis
     folders = []
     for seed in (SHIPPED_CONFIG.seed, *ENSEMBLE_SEEDS):
         name = SHIPPED_REWARD_MODEL if seed == SHIPPED_CONFIG.seed else f"{SHIPPED_REWARD_MODEL}_seed{seed}"
-        train_reward_model(SHIPPED_CONFIG.__class__(**{**asdict(SHIPPED_CONFIG), "seed": seed}), out_dir / name)
+        train_reward_model(dataclasses.replace(SHIPPED_CONFIG, seed=seed), out_dir / name)
         folders.append(out_dir / name)
     return folders
+
+
+def verbosity_probe(reward_model, examples, extra_digits: Sequence[int] = (1, 2, 3, 4), seed: int = 0) -> pd.DataFrame:
+    """Does the reward model pay for length? For each example (prompt, answer), the exact answer
+    against the same answer followed by k random digits, which the gold scores lower
+    (0.5 * 0 + 0.5 * |answer| / (|answer| + k)).
+
+    Returns one row per k: `rm_prefers_longer` (share of examples where the model scores the padded
+    answer above the exact one), `mean_score_gap` (padded - exact), and `gold_prefers_longer` (0 by
+    construction of the gold; computed, not assumed).
+    """
+    import random
+
+    from .gold import gold_reward
+
+    rng = random.Random(seed)
+    prompts, answers = [e.prompt for e in examples], [e.answer for e in examples]
+    exact = torch.tensor(reward_model.score_batch(prompts, answers, answers, [True] * len(prompts)))
+    rows = []
+    for k in extra_digits:
+        check_number("extra_digits", k, low=1, integer=True)
+        padded = [a + "".join(rng.choice("0123456789") for _ in range(k)) for a in answers]
+        longer = torch.tensor(reward_model.score_batch(prompts, padded, answers, [True] * len(prompts)))
+        gold = [gold_reward(p, c, a) > gold_reward(p, a, a) for p, c, a in zip(prompts, padded, answers)]
+        rows.append({"extra_digits": k, "rm_prefers_longer": float((longer > exact).float().mean()),
+                     "mean_score_gap": float((longer - exact).mean()), "gold_prefers_longer": sum(gold) / len(gold)})
+    return pd.DataFrame(rows)
+
+
+def reward_models_table(out_dir: str | os.PathLike | None = None) -> str:
+    """Markdown rows (one per saved reward model in out_dir) for data/checkpoints/README.md."""
+    from ..checkpoints import CHECKPOINT_DIR
+    from ..model.hf import read_config
+
+    out_dir = Path(out_dir or CHECKPOINT_DIR)
+    rows = []
+    for folder in sorted(p for p in out_dir.iterdir() if (p / "config.json").is_file()):
+        meta = read_config(folder).get("rlhf_lab") or {}
+        if meta.get("kind") != "reward_model" or "reward_config" not in meta:
+            continue
+        size_kb = sum(f.stat().st_size for f in folder.iterdir() if f.is_file()) / 1024
+        rows.append(f"| `{folder.name}` | `{meta['reward_config']['init_checkpoint']}` | {meta['train_pairs']} | "
+                    f"{meta['reward_config']['steps']} | {meta['validation_accuracy']:.1%} | "
+                    f"{meta['validation_gold_accuracy']:.1%} | {size_kb:.0f} KB |")
+    return "\n".join(rows)
