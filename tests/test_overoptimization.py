@@ -83,6 +83,8 @@ def test_best_of_n_curve_is_the_expected_top_pick():
     assert curve.loc[3, "gold"] == pytest.approx(0.0)  # the proxy's favourite, b
     assert curve.loc[3, "proxy"] == pytest.approx(0.7)
     assert curve.loc[1, "kl"] == pytest.approx(0.0, abs=1e-12)
+    assert curve.loc[3, "gold_gain"] == pytest.approx(-1.0)  # 0 for the proxy's pick against a pool mean of 1
+    assert curve.loc[1, "gold_gain"] == pytest.approx(0.0, abs=1e-12)  # float64 rounding of a 3-term sum
 
 
 # ----------------------------------------------------------------------------------------------

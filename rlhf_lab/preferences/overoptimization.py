@@ -297,9 +297,11 @@ def _expected_winner_value(proxy: torch.Tensor, values: torch.Tensor, n: int) ->
 def best_of_n_curve(pool: BestOfNPool, ns: Sequence[int]) -> pd.DataFrame:
     """Expected proxy and gold score of best-of-n for each n in `ns` (each <= the pool size), with
     the KL of best-of-n from the pool (`kl`, mean over prompts), d = sqrt(kl), the analytic
-    `kl_bound` = log n - (n-1)/n, and standard errors over prompts."""
+    `kl_bound` = log n - (n-1)/n, the gold gain over n = 1, and standard errors over prompts (the
+    gain's is paired: the differences on each prompt)."""
     rows = []
     P = pool.proxy.shape[0]
+    gold_of_one = pool.gold.mean(1)  # (prompts,) n = 1: the policy itself
     for n in ns:
         check_number("n", n, low=1, high=pool.size, integer=True)
         proxy = _expected_winner_value(pool.proxy, pool.proxy, n)
@@ -307,9 +309,11 @@ def best_of_n_curve(pool: BestOfNPool, ns: Sequence[int]) -> pd.DataFrame:
         kl = best_of_n_kl(pool.proxy, n)
         proxy_mean, proxy_se = _mean_and_se(proxy, P)  # one value per prompt
         gold_mean, gold_se = _mean_and_se(gold, P)
+        # the gain over n = 1 is paired (same prompts, same pool): its SE is that of the per-prompt differences
+        gain, gain_se = _mean_and_se(gold - gold_of_one, P)
         rows.append({"n": n, "kl": float(kl.mean()), "d": math.sqrt(max(float(kl.mean()), 0.0)),
                      "kl_bound": best_of_n_kl_bound(n), "proxy": proxy_mean, "proxy_se": proxy_se,
-                     "gold": gold_mean, "gold_se": gold_se})
+                     "gold": gold_mean, "gold_se": gold_se, "gold_gain": gain, "gold_gain_se": gain_se})
     return pd.DataFrame(rows)
 
 
