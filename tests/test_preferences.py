@@ -180,6 +180,7 @@ def reward_model():
     return RewardModel.from_pretrained("reward_model")
 
 
+@torch.no_grad()
 def test_score_is_read_at_the_last_token_whatever_the_padding(reward_model):
     prompts, completions = ["047+085=", "1+2=", "999+001="], ["231", "3", "0001000"]
     batch = reward_model.score(prompts, completions)
@@ -268,3 +269,15 @@ def test_checkpoint_readme_lists_the_shipped_reward_models():
     rows = reward_models_table()
     assert rows.count("\n") >= 2  # the model and two ensemble members
     assert rows in (CHECKPOINT_DIR / "README.md").read_text(), "regenerate the reward-model rows with reward_models_table()"
+
+
+def test_datasheet_is_regenerated_from_the_shipped_files(tmp_path):
+    import shutil
+
+    from rlhf_lab.preferences import PREFERENCE_DIR, write_datasheet
+
+    copy = tmp_path / "preferences"
+    shutil.copytree(PREFERENCE_DIR, copy)
+    (copy / "DATASHEET.md").unlink()
+    assert write_datasheet(copy).read_text() == (PREFERENCE_DIR / "DATASHEET.md").read_text(), (
+        "data/preferences/DATASHEET.md is stale: run rlhf_lab.preferences.write_datasheet()")

@@ -4,7 +4,8 @@
     annotators.py    Annotator (flip rate + verbosity bias), DEFAULT_ANNOTATORS
     agreement.py     cohen_kappa, fleiss_kappa, rating_counts, accuracy_ceiling
     data.py          PreferencePair, make_preference_data, load_preferences (data/preferences/)
-    reward_model.py  bradley_terry_loss, RewardModel, RewardEnsemble, RewardConfig, RewardTrainer
+    reward_model.py  bradley_terry_loss, RewardModel, RewardEnsemble, RewardConfig, RewardTrainer,
+                     pairwise_accuracy, verbosity_probe, train_reward_model (the shipped ones: data/checkpoints)
     overoptimization.py  optimising against a reward model, measured: best-of-n and its KL, KL to the
                      initial policy, Gao et al.'s fits, RewardTracker / GoldEarlyStopping callbacks
 """
@@ -56,8 +57,12 @@ from .reward_model import (
     RewardModel,
     RewardTrainer,
     bradley_terry_loss,
+    build_shipped_reward_models,
     pair_scores,
     pairwise_accuracy,
+    reward_models_table,
+    train_reward_model,
+    verbosity_probe,
 )
 
 __all__ = [
@@ -68,5 +73,6 @@ __all__ = [
     "PreferencePair", "RewardConfig", "RewardEnsemble", "RewardModel", "RewardTrainer", "accuracy_ceiling",
     "bradley_terry_loss", "cohen_kappa", "first_labels", "fleiss_kappa", "gold_reward", "label_comparisons", "load_preferences",
     "make_comparisons", "make_preference_data", "orient", "pair_scores", "pairwise_accuracy", "rating_counts",
-    "read_preferences", "save_preferences", "write_preference_data",
+    "read_preferences", "save_preferences", "write_preference_data", "build_shipped_reward_models",
+    "reward_models_table", "train_reward_model", "verbosity_probe",
 ]
