@@ -5,7 +5,7 @@
         while steps remain and the time budget lasts:
             train_step()                 atomic: a failed step leaves no trace (the subclass's job)
             evaluation() every config.eval_every steps, and after the last one (default: evaluate())
-            callbacks' on_step_end
+            callbacks' on_step_end       a callback may call request_stop(reason)
             early_stop(row)              e.g. SFT's stop_at_accuracy
         Stop in Jupyter (KeyboardInterrupt) or a non-finite loss ends the call cleanly; `stop_reason`
         says why, and train() again continues from the same step.
@@ -31,6 +31,7 @@ from .validation import check_number
 
 class TrainingLoop:
     stop_reason: str | None = None
+    stop_request: str | None = None  # set by request_stop (a callback), read after the step's hooks
     history_columns: tuple = ()  # the columns `history` puts first, in this order (the rest follow)
 
     def init_loop(self, callbacks=()) -> None:
@@ -67,6 +68,7 @@ class TrainingLoop:
         budget_end = None if time_budget is None else self.train_time + time_budget
         last_step = self.step + steps
         self.stop_reason = None
+        self.stop_request = None
         self.before_train()
         try:
             # Inside the try: a Stop while a callback starts (a dashboard drawing its first frame)
@@ -80,7 +82,7 @@ class TrainingLoop:
                 if c.eval_every and (self.step % c.eval_every == 0 or self.step == last_step or out_of_time):
                     metrics.update(self.evaluation())
                 call_hooks(self.callbacks, "on_step_end", self, metrics, self.latest_distributions())
-                self.stop_reason = self.early_stop(metrics)
+                self.stop_reason = self.early_stop(metrics) or self.stop_request
                 if self.stop_reason:
                     break
             self.stop_reason = self.stop_reason or ("time_budget" if self.step < last_step else "steps")
@@ -111,6 +113,11 @@ class TrainingLoop:
         """Keep what a successful step produced (its row; the RL trainer also its distributions)."""
         self.rows.append(result)
         return result
+
+    def request_stop(self, reason: str) -> None:
+        """Stop train() after the current step, with `stop_reason` = reason (a callback's early
+        stopping, e.g. on a held-out signal the trainer does not know about)."""
+        self.stop_request = reason
 
     def add_callback(self, callback) -> None:
         self.callbacks.append(callback)

@@ -7,6 +7,8 @@
     reward_model.py  bradley_terry_loss, RewardModel, RewardEnsemble, RewardConfig, RewardTrainer,
                      pairwise_accuracy, verbosity_probe, train_reward_model (the shipped ones: data/checkpoints)
     dpo.py           dpo_loss, ipo_loss, implicit_rewards, DPOConfig, DPOTrainer (no reward model)
+    overoptimization.py  optimising against a reward model, measured: best-of-n and its KL, KL to the
+                     initial policy, Gao et al.'s fits, RewardTracker / GoldEarlyStopping callbacks
 """
 
 from .agreement import accuracy_ceiling, cohen_kappa, fleiss_kappa, rating_counts
@@ -44,6 +46,25 @@ from .dpo import (
     sequence_logprobs,
 )
 from .gold import gold_reward
+from .overoptimization import (
+    BestOfNPool,
+    GaoFit,
+    GoldEarlyStopping,
+    PolicyMeasurement,
+    RewardSum,
+    RewardTracker,
+    StepTimeBreakdown,
+    TimedReward,
+    best_of_n,
+    best_of_n_curve,
+    best_of_n_kl,
+    best_of_n_kl_bound,
+    best_of_n_pool,
+    fit_gao,
+    measure_policy,
+    sampled_best_of_n_kl,
+    sequence_kl,
+)
 from .reward_model import (
     RewardConfig,
     RewardEnsemble,
@@ -61,6 +82,9 @@ from .reward_model import (
 __all__ = [
     "LOSS_TYPES", "DPOConfig", "DPOTrainer", "dpo_loss", "encode_pairs", "greedy_scores", "implicit_rewards",
     "ipo_loss", "preference_logits", "sampled_kl", "sequence_logprobs",
+    "BestOfNPool", "GaoFit", "GoldEarlyStopping", "PolicyMeasurement", "RewardSum", "RewardTracker",
+    "StepTimeBreakdown", "TimedReward", "best_of_n", "best_of_n_curve", "best_of_n_kl", "best_of_n_kl_bound",
+    "best_of_n_pool", "fit_gao", "measure_policy", "sampled_best_of_n_kl", "sequence_kl",
     "DEFAULT_ANNOTATORS", "DEFAULT_SOURCES", "PREFERENCE_DIR", "Annotator", "Comparison", "agreement_table", "gold_agreement", "write_datasheet", "CompletionSource",
     "PreferencePair", "RewardConfig", "RewardEnsemble", "RewardModel", "RewardTrainer", "accuracy_ceiling",
     "bradley_terry_loss", "cohen_kappa", "first_labels", "fleiss_kappa", "gold_reward", "label_comparisons", "load_preferences",
