@@ -1,0 +1,94 @@
+"""Common implementation mistakes in PPO/GRPO code, as algorithms you can train with (interview Q26).
+
+Teaching exhibits, kept out of the core modules: each mistake is either a setting the package
+already offers (no advantage whitening, a gradient-norm clip so large it never binds) or a small
+subclass that does ONE thing wrong and is otherwise the package's algorithm. Pass them to the
+public trainer and read the symptom on its history and dashboard:
+
+    from rlhf_lab.mistakes import mistake_run
+    config, algorithm = mistake_run("forward_gae", steps=30)
+    trainer = Trainer(config, algorithm=algorithm)
+
+| name                         | what is wrong                                              |
+| ---------------------------- | ---------------------------------------------------------- |
+| `reference`                  | nothing: PPO with the package's defaults                   |
+| `no_advantage_normalisation` | GAE advantages used raw (`whiten_advantages=False`)        |
+| `no_gradient_clipping`       | `max_grad_norm=1e9`, a clip that never binds               |
+| `low_precision_logprobs`     | pi_old's log-probs stored in bfloat16 (a bf16 sampler), pi's in float32 |
+| `forward_gae`                | the GAE recursion run forwards in time instead of backwards |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from .rl.advantages import whiten
+from .rl.ppo import PPO, PPOConfig
+from .validation import check_choice
+
+MISTAKES = ("reference", "no_advantage_normalisation", "no_gradient_clipping", "low_precision_logprobs",
+            "forward_gae")
+NO_CLIP = 1e9  # a gradient-norm "clip" no gradient of this model reaches: clipping is effectively off
+
+
+def forward_gae(
+    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """WRONG on purpose: GAE accumulated from the first token forwards. Shapes as `rl.advantages.gae`.
+
+        delta_t = r_t + gamma * V_{t+1} - V_t          (right)
+        A_t     = delta_t + gamma * lam * A_{t-1}      (wrong: should be A_{t+1}, a backward pass)
+
+    The score sits on the LAST token, so with the forward sum only the last token's advantage sees
+    it; every earlier token's advantage is built from the TD errors before it. Credit flows into
+    the past instead of from the future.
+    """
+    rewards, values, mask = rewards.float().detach(), values.float().detach(), mask.float()
+    batch, seq_len = rewards.shape
+    next_values = torch.cat([values[:, 1:] * mask[:, 1:], torch.zeros(batch, 1, device=values.device)], dim=1)
+    deltas = (rewards + gamma * next_values - values) * mask  # delta_t, no bootstrap past the end
+    advantages = torch.zeros_like(rewards)
+    running = torch.zeros(batch, device=rewards.device)
+    for t in range(seq_len):  # BUG: forwards
+        running = (deltas[:, t] + gamma * lam * running) * mask[:, t]  # A_t = delta_t + gamma lam A_{t-1}
+        advantages[:, t] = running
+    return advantages, (advantages + values) * mask
+
+
+class ForwardGAEPPO(PPO):
+    """PPO whose GAE runs forwards in time (`forward_gae`); everything else is the package's PPO."""
+
+    def compute_advantages(self, rollout):
+        super().compute_advantages(rollout)  # token rewards (score + KL penalty), the right GAE, whitening
+        c, mask = self.config, rollout.completion_mask
+        advantages, returns = forward_gae(rollout.token_rewards, rollout.old_values, mask, c.gamma, c.lam)
+        rollout.advantages = whiten(advantages, mask) if c.whiten_advantages else advantages
+        rollout.returns = returns
+
+
+class LowPrecisionLogprobsPPO(PPO):
+    """PPO whose stored log pi_old is rounded to `dtype` (bfloat16: what a bf16 inference engine
+    returns) while log pi is float32. On the first minibatch pi == pi_old, so every ratio should be
+    exactly 1; the rounding alone moves it."""
+
+    dtype = torch.bfloat16
+
+    def loss(self, minibatch, policy):
+        rounded = minibatch.old_logprobs.to(self.dtype).float()  # the precision the sampler kept
+        return super().loss(dataclasses.replace(minibatch, old_logprobs=rounded), policy)
+
+
+def mistake_run(name: str, settings: dict | None = None, **overrides) -> tuple[PPOConfig, PPO]:
+    """(config, algorithm) for the PPO run that makes mistake `name` (one of MISTAKES), with the
+    shared `settings` and `overrides` applied: pass both to `rl.Trainer(config, algorithm=algorithm)`."""
+    check_choice("name", name, MISTAKES)
+    changes = {"no_advantage_normalisation": {"whiten_advantages": False},
+               "no_gradient_clipping": {"max_grad_norm": NO_CLIP}}.get(name, {})
+    config = PPOConfig(**{**(settings or {}), **overrides, **changes})
+    algorithm = {"forward_gae": ForwardGAEPPO, "low_precision_logprobs": LowPrecisionLogprobsPPO}.get(name, PPO)
+    return config, algorithm(config)
+
+
+__all__ = ["MISTAKES", "NO_CLIP", "ForwardGAEPPO", "LowPrecisionLogprobsPPO", "forward_gae", "mistake_run"]
