@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 import random
 import re
+from urllib.parse import quote
 from dataclasses import dataclass, field
 
 from .validation import check_number, check_optional
@@ -41,7 +42,7 @@ class Section:
     def link(self) -> str:
         target = f"{self.notebook}#{self.anchor}" if self.heading else self.notebook
         label = self.notebook.removesuffix(".ipynb") + (f" — {self.heading}" if self.heading else "")
-        return f"[{_escape_md(label)}]({target.replace(' ', '%20')})"
+        return f"[{_escape_md(label)}]({quote(target, safe=_URL_SAFE)})"
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,11 @@ class Question:
     @property
     def heading(self) -> str:
         return f"Q{self.number} · {self.title_zh} — {self.title_en}"
+
+
+# Kept as they are in link targets; everything else (spaces, parentheses, non-ASCII) is %-encoded
+# so that the markdown link cannot end early.
+_URL_SAFE = "/#:-_.,?!=$'*+&;~@"
 
 
 def _escape_md(text: str) -> str:
