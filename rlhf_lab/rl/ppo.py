@@ -96,11 +96,20 @@ class PPO(Algorithm):
         )
         if c.whiten_rewards:
             token_rewards = whiten(token_rewards, mask, shift_mean=False)
-        advantages, returns = gae(token_rewards, rollout.old_values, mask, c.gamma, c.lam)
+        advantages, returns = self.estimate_advantages(token_rewards, rollout.old_values, mask)
         if c.whiten_advantages:
-            advantages = whiten(advantages, mask)
+            advantages = self.whiten_advantages(advantages, mask)
         rollout.token_rewards, rollout.advantages, rollout.returns = token_rewards, advantages, returns
         self.last_sequence_kl = float(kl.sum(1).mean())  # KL per sequence drives the adaptive controller
+
+    def estimate_advantages(self, token_rewards, values, mask):
+        """GAE over the per-token rewards: (advantages, returns), each (N, T). A subclass may swap the
+        estimator (rlhf_lab.exercises plugs a learner's own GAE in here)."""
+        return gae(token_rewards, values, mask, self.config.gamma, self.config.lam)
+
+    def whiten_advantages(self, advantages, mask):
+        """Advantages to mean 0, std 1 over the batch's real tokens (when config.whiten_advantages)."""
+        return whiten(advantages, mask)
 
     def loss(self, minibatch, policy):
         c, mask = self.config, minibatch.completion_mask

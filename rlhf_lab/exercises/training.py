@@ -1,0 +1,161 @@
+"""Your code trains the model: plug a learner's function into a short real RL run.
+
+Each RL exercise has a hook in the package's algorithms (rlhf_lab/rl/algorithm.py and the method
+files), so the learner's function replaces the package's through a subclass, not by patching:
+
+    group_advantages     GRPO.outcome_advantages          (your advantages drive GRPO)
+    clipped_policy_loss  GRPO.loss                        (your surrogate is what GRPO minimises)
+    gspo_ratio           GSPO.importance_ratio            (your sequence ratio drives GSPO)
+    gae                  PPO.estimate_advantages          (your GAE drives PPO)
+    whiten               PPO.whiten_advantages            (your whitening drives PPO)
+
+    from rlhf_lab.exercises import training
+    runs = training.compare_with_reference("gae", my_gae, dict(steps=30))
+    training.plot_comparison(runs)
+
+With the reference solution plugged in, the run is the package's run, step for step (tested).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import pandas as pd
+
+from ..rl import GRPO, GSPO, PPO, Trainer, make_config
+from ..rl.algorithm import Algorithm
+from ..validation import check_choice
+
+# exercise -> the algorithm its function drives
+PLUGGABLE: dict[str, str] = {
+    "group_advantages": "grpo",
+    "clipped_policy_loss": "grpo",
+    "gspo_ratio": "gspo",
+    "gae": "ppo",
+    "whiten": "ppo",
+}
+
+
+def _require(config, field: str, allowed: tuple, exercise: str) -> None:
+    """The learner's function computes one fixed variant: the config must ask for that one."""
+    value = getattr(config, field)
+    if value not in allowed:
+        raise ValueError(f"{field} must be one of {allowed} when the {exercise!r} exercise drives training "
+                         f"(the exercise computes that variant only), got {value!r}")
+
+
+class LearnerGRPO(GRPO):
+    """GRPO with the learner's group advantages and/or clipped policy loss."""
+
+    def __init__(self, config, group_advantages: Callable | None = None,
+                 clipped_policy_loss: Callable | None = None) -> None:
+        super().__init__(config)
+        if group_advantages is not None:
+            _require(config, "scale_rewards", ("group",), "group_advantages")
+        if clipped_policy_loss is not None:
+            _require(config, "loss_type", ("grpo",), "clipped_policy_loss")
+            _require(config, "clip", (True,), "clipped_policy_loss")
+            _require(config, "beta", (0, 0.0), "clipped_policy_loss")
+        self.learner_advantages = group_advantages
+        self.learner_loss = clipped_policy_loss
+
+    def outcome_advantages(self, rollout):
+        if self.learner_advantages is None:
+            return super().outcome_advantages(rollout)
+        return self.learner_advantages(rollout.rewards, self.config.num_generations)  # (N,)
+
+    def loss(self, minibatch, policy):
+        loss, info = super().loss(minibatch, policy)  # the package's loss: its report (ratios, clips)
+        if self.learner_loss is None:
+            return loss, info
+        c = self.config
+        learner_loss = self.learner_loss(policy.logprobs, minibatch.old_logprobs, minibatch.advantages,
+                                         minibatch.completion_mask, c.eps_low, c.eps_high)
+        info.policy_loss = float(learner_loss.detach())
+        return learner_loss, info  # the gradient comes from the learner's loss
+
+
+class LearnerGSPO(GSPO):
+    """GSPO with the learner's sequence-level ratio."""
+
+    def __init__(self, config, gspo_ratio: Callable) -> None:
+        super().__init__(config)
+        _require(config, "importance_sampling_level", ("sequence",), "gspo_ratio")
+        self.learner_ratio = gspo_ratio
+
+    def importance_ratio(self, logprobs, old_logprobs, mask):
+        return self.learner_ratio(logprobs, old_logprobs, mask)  # (N, T): s_i on every token
+
+
+class LearnerPPO(PPO):
+    """PPO with the learner's GAE and/or advantage whitening."""
+
+    def __init__(self, config, gae: Callable | None = None, whiten: Callable | None = None) -> None:
+        super().__init__(config)
+        self.learner_gae, self.learner_whiten = gae, whiten
+
+    def estimate_advantages(self, token_rewards, values, mask):
+        if self.learner_gae is None:
+            return super().estimate_advantages(token_rewards, values, mask)
+        return self.learner_gae(token_rewards, values, mask, self.config.gamma, self.config.lam)
+
+    def whiten_advantages(self, advantages, mask):
+        if self.learner_whiten is None:
+            return super().whiten_advantages(advantages, mask)
+        return self.learner_whiten(advantages, mask)
+
+
+def learner_algorithm(name: str, function: Callable, config) -> Algorithm:
+    """The algorithm of exercise `name` (see PLUGGABLE) with `function` in place of the package's."""
+    check_choice("name", name, tuple(PLUGGABLE))
+    if PLUGGABLE[name] == "grpo":
+        return LearnerGRPO(config, **{name: function})
+    if PLUGGABLE[name] == "gspo":
+        return LearnerGSPO(config, gspo_ratio=function)
+    return LearnerPPO(config, **{name: function})
+
+
+def train_with(name: str, function: Callable | None, settings: dict | None = None, *, model=None,
+               tokenizer=None, reward_fn=None, callbacks=(), **overrides) -> Trainer:
+    """Train the algorithm of exercise `name` for `settings`/`overrides` (make_config's arguments, e.g.
+    steps=30) with `function` plugged in; function=None trains the package's own algorithm. Returns
+    the trained Trainer (its `history` has one row per step). `model` is copied, not trained in place,
+    so the same starting model can serve several runs."""
+    check_choice("name", name, tuple(PLUGGABLE))
+    config = make_config(PLUGGABLE[name], settings, **overrides)
+    algorithm = None if function is None else learner_algorithm(name, function, config)
+    trainer = Trainer(config, model=None if model is None else copy.deepcopy(model), tokenizer=tokenizer,
+                      reward_fn=reward_fn, callbacks=callbacks, algorithm=algorithm)
+    trainer.train()
+    return trainer
+
+
+def compare_with_reference(name: str, function: Callable, settings: dict | None = None, **kwargs) -> pd.DataFrame:
+    """Two runs from the same start and seed: yours (`function` plugged in) and the package's.
+    Returns both histories stacked, with a column `run` = "yours" | "reference"."""
+    yours = train_with(name, function, settings, **kwargs).history.assign(run="yours")
+    reference = train_with(name, None, settings, **kwargs).history.assign(run="reference")
+    return pd.concat([yours, reference], ignore_index=True)
+
+
+def plot_comparison(runs: pd.DataFrame, metrics: tuple[str, ...] = ("reward_mean", "eval_accuracy"),
+                    algo: str | None = None):
+    """Your run (solid) beside the reference run (dashed), one panel per metric, in the algorithm's
+    colour. Returns the matplotlib Figure."""
+    import matplotlib.pyplot as plt
+
+    from ..viz import ALGO_COLORS
+
+    color = ALGO_COLORS.get(algo, "#000000") if algo else "#000000"
+    labels = {"reward_mean": "mean reward per completion", "eval_accuracy": "held-out accuracy (fraction)"}
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.2), dpi=80, squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        for run, style in (("yours", "-"), ("reference", "--")):
+            rows = runs[(runs["run"] == run) & runs[metric].notna()]
+            ax.plot(rows["step"], rows[metric], linestyle=style, marker="o" if metric == "eval_accuracy" else None,
+                    markersize=4, color=color, label=run)
+        ax.set(xlabel="training step", ylabel=labels.get(metric, metric), title=metric)
+        ax.legend(frameon=False)
+    fig.tight_layout()
+    return fig
