@@ -15,7 +15,7 @@ public trainer and read the symptom on its history and dashboard:
 | `no_advantage_normalisation` | GAE advantages used raw (`whiten_advantages=False`)        |
 | `no_gradient_clipping`       | `max_grad_norm=1e9`, a clip that never binds               |
 | `low_precision_logprobs`     | pi_old's log-probs stored in bfloat16 (a bf16 sampler), pi's in float32 |
-| `forward_gae`                | the GAE recursion run forwards in time instead of backwards |
+| `forward_gae`                | the GAE recursion run forwards in time instead of backwards (the exercises' `forward_order` mistake) |
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ import dataclasses
 
 import torch
 
-from .rl.advantages import whiten
+from .exercises.rl import GAE_MISTAKES
+from .exercises.training import LearnerPPO
 from .rl.ppo import PPO, PPOConfig
 from .validation import check_choice
 
@@ -33,39 +34,17 @@ MISTAKES = ("reference", "no_advantage_normalisation", "no_gradient_clipping", "
 NO_CLIP = 1e9  # a gradient-norm "clip" no gradient of this model reaches: clipping is effectively off
 
 
-def forward_gae(
-    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """WRONG on purpose: GAE accumulated from the first token forwards. Shapes as `rl.advantages.gae`.
-
-        delta_t = r_t + gamma * V_{t+1} - V_t          (right)
-        A_t     = delta_t + gamma * lam * A_{t-1}      (wrong: should be A_{t+1}, a backward pass)
-
-    The score sits on the LAST token, so with the forward sum only the last token's advantage sees
-    it; every earlier token's advantage is built from the TD errors before it. Credit flows into
-    the past instead of from the future.
-    """
-    rewards, values, mask = rewards.float().detach(), values.float().detach(), mask.float()
-    batch, seq_len = rewards.shape
-    next_values = torch.cat([values[:, 1:] * mask[:, 1:], torch.zeros(batch, 1, device=values.device)], dim=1)
-    deltas = (rewards + gamma * next_values - values) * mask  # delta_t, no bootstrap past the end
-    advantages = torch.zeros_like(rewards)
-    running = torch.zeros(batch, device=rewards.device)
-    for t in range(seq_len):  # BUG: forwards
-        running = (deltas[:, t] + gamma * lam * running) * mask[:, t]  # A_t = delta_t + gamma lam A_{t-1}
-        advantages[:, t] = running
-    return advantages, (advantages + values) * mask
+# The wrong GAE is the exercises' catalogued "forward_order" variant: one copy of each mistake.
+forward_gae = {mistake.name: mistake.variant for mistake in GAE_MISTAKES}["forward_order"]
 
 
-class ForwardGAEPPO(PPO):
-    """PPO whose GAE runs forwards in time (`forward_gae`); everything else is the package's PPO."""
+class ForwardGAEPPO(LearnerPPO):
+    """PPO whose GAE runs forwards in time, A_t = delta_t + gamma * lam * A_{t-1} (should be A_{t+1}).
+    The score sits on the LAST token, so only the last token's advantage sees it; every earlier
+    token's advantage is built from the TD errors before it. Everything else is the package's PPO."""
 
-    def compute_advantages(self, rollout):
-        super().compute_advantages(rollout)  # token rewards (score + KL penalty), the right GAE, whitening
-        c, mask = self.config, rollout.completion_mask
-        advantages, returns = forward_gae(rollout.token_rewards, rollout.old_values, mask, c.gamma, c.lam)
-        rollout.advantages = whiten(advantages, mask) if c.whiten_advantages else advantages
-        rollout.returns = returns
+    def __init__(self, config: PPOConfig) -> None:
+        super().__init__(config, gae=forward_gae)
 
 
 class LowPrecisionLogprobsPPO(PPO):
