@@ -15,8 +15,8 @@ from __future__ import annotations
 import html
 import random
 import re
-from urllib.parse import quote
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 from .validation import check_number, check_optional
 

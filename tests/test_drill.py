@@ -15,7 +15,14 @@ import torch
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from rlhf_lab import drill
-from rlhf_lab.mistakes import MISTAKES, NO_CLIP, ForwardGAEPPO, LowPrecisionLogprobsPPO, forward_gae, mistake_run
+from rlhf_lab.mistakes import (
+    MISTAKES,
+    NO_CLIP,
+    ForwardGAEPPO,
+    LowPrecisionLogprobsPPO,
+    forward_gae,
+    mistake_run,
+)
 from rlhf_lab.rl import PPO
 from rlhf_lab.rl.advantages import gae
 from rlhf_lab.tasks.tool_use import Chain, Episode, credit_report, make_chains, turn_advantages

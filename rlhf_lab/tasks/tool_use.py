@@ -161,14 +161,19 @@ def turn_advantages(episodes: list[Episode], num_generations: int, credit: str =
 
 
 def credit_report(episodes: list[Episode], num_generations: int) -> dict:
-    """Error accumulation and credit assignment, measured (fractions in [0, 1]):
+    """Error accumulation and credit assignment, measured (fractions in [0, 1]). `episodes` as
+    `run_episodes` returns them (groups of `num_generations` contiguous episodes).
+
 
     turn_accuracy[k]      share of played turns k whose own sum was right
     on_track[k]           share of episodes whose running total is still right after turn k
     episode_reward        mean episode reward (= on_track of the last turn when every turn is played)
     blamed_correct_turns  share of CORRECT turns that get a negative advantage under outcome credit:
                           a later turn's mistake punishes them (per-turn credit never does)
-    rewarded_wrong_turns  share of WRONG turns with a positive advantage under outcome credit
+    rewarded_wrong_turns  share of WRONG turns with a positive advantage under outcome credit (two
+                          wrong sums that cancel out still win the episode)
+    context_chars[k]      mean length of the transcript after turn k, in characters (= tokens for
+                          the lab's character tokenizer): the context a multi-turn policy conditions on
     """
     turns = max(e.chain.num_turns for e in episodes)
     outcome = turn_advantages(episodes, num_generations, "outcome")
