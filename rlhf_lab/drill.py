@@ -16,7 +16,6 @@ import html
 import random
 import re
 from dataclasses import dataclass, field
-from urllib.parse import quote
 
 from .validation import check_number, check_optional
 
@@ -42,7 +41,7 @@ class Section:
     def link(self) -> str:
         target = f"{self.notebook}#{self.anchor}" if self.heading else self.notebook
         label = self.notebook.removesuffix(".ipynb") + (f" — {self.heading}" if self.heading else "")
-        return f"[{_escape_md(label)}]({quote(target, safe=_URL_SAFE)})"
+        return f"[{_escape_md(label)}]({_url(target)})"
 
 
 @dataclass(frozen=True)
@@ -59,9 +58,11 @@ class Question:
         return f"Q{self.number} · {self.title_zh} — {self.title_en}"
 
 
-# Kept as they are in link targets; everything else (spaces, parentheses, non-ASCII) is %-encoded
-# so that the markdown link cannot end early.
-_URL_SAFE = "/#:-_.,?!=$'*+&;~@"
+def _url(target: str) -> str:
+    """A link target markdown cannot cut short: spaces and parentheses %-encoded, the rest (the
+    anchors' dashes and Chinese characters included) as it is, which Jupyter and GitHub both follow."""
+    return target.replace("%", "%25").replace(" ", "%20").replace("(", "%28").replace(")", "%29")
+
 
 
 def _escape_md(text: str) -> str:
