@@ -21,29 +21,13 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
-from ..preferences import dpo_loss
+# The references are the package's own functions (rlhf_lab.preferences).
+from ..preferences import bradley_terry_loss, cohen_kappa, dpo_loss
 from .core import Case, Exercise, Mistake, spec_cases
-
-
-def cohen_kappa(labels_a: Sequence, labels_b: Sequence) -> float:
-    """Cohen's kappa of two equally long label sequences (any hashable labels). nan when p_e = 1
-    (both annotators always gave the same single label: agreement is not informative)."""
-    if len(labels_a) != len(labels_b) or len(labels_a) == 0:
-        raise ValueError(f"labels_a and labels_b must be non-empty and equally long, got {len(labels_a)} "
-                         f"and {len(labels_b)}")
-    n = len(labels_a)
-    p_observed = sum(a == b for a, b in zip(labels_a, labels_b)) / n  # p_o
-    count_a, count_b = Counter(labels_a), Counter(labels_b)
-    p_chance = sum(count_a[k] * count_b[k] for k in count_a) / n**2  # p_e = sum_k p_A(k) p_B(k)
-    if p_chance == 1.0:
-        return math.nan
-    return (p_observed - p_chance) / (1.0 - p_chance)  # (p_o - p_e) / (1 - p_e)
-
 
 # ----------------------------------------------------------------------------------------------
 # wrong variants
@@ -123,13 +107,6 @@ def kappa_cases(seed: int) -> list[Case]:
 
 # ----------------------------------------------------------------------------------------------
 # Bradley-Terry
-
-
-def bradley_terry_loss(chosen_rewards: torch.Tensor, rejected_rewards: torch.Tensor, margin=0.0) -> torch.Tensor:
-    """Bradley-Terry loss, the mean over pairs of -log sigmoid(r_w - r_l - m) (InstructGPT; Llama 2's
-    margin m). Scalar, like `rlhf_lab.preferences.bradley_terry_loss`. F.logsigmoid stays finite where
-    log(sigmoid(x)) underflows to log(0) = -inf (x < -104 in float32)."""
-    return -F.logsigmoid(chosen_rewards.float() - rejected_rewards.float() - margin).mean()  # -log sigma(r_w - r_l - m)
 
 
 def _bt_naive(chosen_rewards, rejected_rewards, margin=0.0):
