@@ -133,7 +133,8 @@ def markdown_links(text: str) -> list[tuple[str, str]]:
 
 def test_link_check_can_fail():
     assert link_problems([("06_ppo.ipynb", "No-such-section"), ("99_nothing.ipynb", ""), ("12_dpo.ipynb", "x")]) == [
-        "06_ppo.ipynb#No-such-section: no such heading", "99_nothing.ipynb: no such file"]
+        "06_ppo.ipynb#No-such-section: no such heading", "99_nothing.ipynb: no such file",
+        "12_dpo.ipynb#x: no such heading"]
 
 
 def test_question_links_resolve():
