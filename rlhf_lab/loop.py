@@ -12,12 +12,15 @@
 
 A subclass provides `config` (steps, time_budget, eval_every), `rows`, `step`, `train_time`,
 `callbacks`, `history`, `evaluate()`, and for `train_step()`: `_step()` (one step, returning its
-row), `_snapshot()` and `_restore(snapshot)` (what a failed step must not change).
+row), `_snapshot()` and `_restore(snapshot)` (what a failed step must not change). For
+`save_state(folder)` / `resume(folder)` (rlhf_lab.run_state) and the check that no weight became
+NaN: `state_modules()`, `state_generators()`, `extra_state()` / `load_extra_state()`.
 """
 
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import torch
 
@@ -74,13 +77,25 @@ class TrainingLoop:
     def train_step(self) -> dict:
         """One step, atomically: if anything fails (a non-finite loss, a KeyboardInterrupt) the model,
         optimiser and RNG states are as before the step. Returns its row, appended to `history`."""
-        snapshot = self._snapshot()
+        snapshot, counters = self._snapshot(), (self.step, self.train_time)
         try:
             result = self._step()
+            self.check_finite_weights()
         except BaseException:
             self._restore(snapshot)  # a half-done step never leaks into the model
+            self.step, self.train_time = counters
             raise
         return self._commit(result)
+
+    def check_finite_weights(self) -> None:
+        """Raise NonFiniteLossError if a trained weight is NaN or infinite (a finite loss and gradient
+        can still step into overflow, e.g. with a huge learning rate); train_step then restores the
+        weights from before the step."""
+        for name, module in self.state_modules().items():
+            for param_name, param in module.named_parameters():
+                if not bool(torch.isfinite(param).all()):
+                    raise NonFiniteLossError(f"non-finite weights in {name}.{param_name} after step {self.step}; "
+                                             f"training stopped and the weights were kept from the step before")
 
     def _commit(self, result) -> dict:
         """Keep what a successful step produced (its row; the RL trainer also its distributions)."""
@@ -89,6 +104,38 @@ class TrainingLoop:
 
     def add_callback(self, callback) -> None:
         self.callbacks.append(callback)
+
+    # resumable state: what `rlhf_lab.run_state` saves and loads
+
+    def state_modules(self) -> dict[str, torch.nn.Module]:
+        """The trained modules by name, e.g. {"policy": ..., "critic": ...}: their weights are saved."""
+        raise NotImplementedError(f"{type(self).__name__} does not say which modules it trains (state_modules)")
+
+    def state_generators(self) -> dict[str, torch.Generator]:
+        """Every torch.Generator a step draws from, by name (their states are saved)."""
+        return {}
+
+    def extra_state(self) -> dict:
+        """Anything else a step reads (tensors, numbers, strings, lists and dicts of them)."""
+        return {}
+
+    def load_extra_state(self, state: dict) -> None:
+        """Restore what `extra_state` returned."""
+
+    def save_state(self, folder) -> Path:
+        """Write this trainer's whole state to `folder` (atomically); `resume(folder)` continues from it."""
+        from .run_state import save_state
+
+        return save_state(self, folder)
+
+    def resume(self, folder):
+        """Load the state saved in `folder` into this trainer (built with the same config; `steps`,
+        `time_budget`, `eval_every`, `device` and `keep_distributions` may differ) and return it. On the
+        CPU, `train()` then continues exactly as the saved run would have, row for row."""
+        from .run_state import load_state
+
+        load_state(self, folder)
+        return self
 
     # hooks, no-ops by default
 

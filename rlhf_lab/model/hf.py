@@ -16,16 +16,16 @@ leaves a half-written checkpoint where a good one was.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError as SafetensorsError
 from safetensors.torch import load_file, save_file
 
+from ..atomic import recover_folder, replace_folder
 from .config import ModelConfig
 from .transformer import LlamaModel
 
@@ -175,30 +175,6 @@ def to_hf(model: LlamaModel):
     return hf_model.to(model.device).eval()
 
 
-def _atomic_write_folder(folder: Path, write) -> None:
-    """Build the folder next to its destination, then swap it in with renames."""
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private; a checkpoint is meant to be shared
-        for f in tmp.iterdir():  # flush file contents before the rename makes them visible
-            os.chmod(f, 0o644)
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-        if folder.exists():
-            old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
-            os.replace(folder, old)
-            os.replace(tmp, folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
 def save_pretrained(model: LlamaModel, folder: str | os.PathLike, tokenizer=None, metadata: dict | None = None) -> Path:
     """Save as a Hugging Face Llama folder (atomically). `metadata` lands in config.json["rlhf_lab"]."""
     config = model.config
@@ -214,16 +190,47 @@ def save_pretrained(model: LlamaModel, folder: str | os.PathLike, tokenizer=None
     )
 
     def write(tmp: Path) -> None:
-        (tmp / "config.json").write_text(json.dumps(hf_dict, indent=2, sort_keys=True) + "\n")
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         if value_state is not None:
             save_file(value_state, str(tmp / "value_head.safetensors"), metadata={"format": "pt"})
+        # A checksum per weights file: a same-size overwrite of the bytes is caught at load time.
+        hf_dict["rlhf_lab"]["sha256"] = {p.name: file_sha256(p) for p in sorted(tmp.glob("*.safetensors"))}
+        (tmp / "config.json").write_text(json.dumps(hf_dict, indent=2, sort_keys=True) + "\n")
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
             save_generation_config(tmp, tokenizer)
 
-    _atomic_write_folder(Path(folder), write)
-    return Path(folder)
+    return replace_folder(Path(folder), write)
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_tensors(path: str | os.PathLike, sha256: str | None = None) -> dict[str, torch.Tensor]:
+    """The tensors of a .safetensors file, refusing what would load silently broken: a file whose
+    checksum differs from the one saved with it, and any NaN or infinite value (a corrupt file, or
+    weights saved from a diverged run)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path} not found")
+    if sha256 is not None and file_sha256(path) != sha256:
+        raise CheckpointError(f"{path} is corrupt or truncated, or was modified after saving: its checksum "
+                              "differs from the one saved with it")
+    try:
+        state = load_file(str(path))
+    except (SafetensorsError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{path} is corrupt or truncated ({exc})") from exc
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise CheckpointError(f"{path}: tensor {name} holds {bad} non-finite value(s) (NaN or inf); the file is "
+                                  "corrupt or was saved from a diverged run")
+    return state
 
 
 def save_generation_config(folder: str | os.PathLike, tokenizer) -> Path:
@@ -241,27 +248,38 @@ def save_generation_config(folder: str | os.PathLike, tokenizer) -> Path:
     return Path(folder) / "generation_config.json"
 
 
+REQUIRED_CONFIG_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+
+
 def read_config(folder: str | os.PathLike) -> dict:
+    """folder/config.json as a dict, after repairing a killed save of the folder (`recover_folder`)."""
+    recover_folder(folder)
     path = Path(folder) / "config.json"
     if not path.is_file():
         raise CheckpointError(f"{folder} is not a checkpoint folder: config.json not found")
     try:
-        return json.loads(path.read_text())
+        config = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise CheckpointError(f"{path} is not valid JSON ({exc})") from exc
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path} must hold a JSON object (a LlamaConfig), got a {type(config).__name__}")
+    missing = [key for key in REQUIRED_CONFIG_KEYS if key not in config]
+    if missing:
+        raise CheckpointError(f"{path} lacks {missing}, which a Llama config must give")
+    return config
 
 
 def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu") -> LlamaModel:
     """Load a Hugging Face Llama folder (ours or any compatible one) into the lab's model."""
     folder = Path(folder)
-    config = config_from_hf(read_config(folder))
-    weights = folder / "model.safetensors"
-    if not weights.is_file():
-        raise CheckpointError(f"{folder}: model.safetensors not found")
+    hf_dict = read_config(folder)
     try:
-        state = load_file(str(weights))
-    except (SafetensorsError, OSError, ValueError) as exc:
-        raise CheckpointError(f"{weights} is corrupt or truncated ({exc})") from exc
+        config = config_from_hf(hf_dict)
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(f"{folder / 'config.json'}: {exc}") from exc
+    checksums = (hf_dict.get("rlhf_lab") or {}).get("sha256") or {}
+    weights = folder / "model.safetensors"
+    state = load_tensors(weights, checksums.get("model.safetensors"))
     config.value_head = False
     model = LlamaModel(config)
     _load_lm_state_dict(model, state, str(weights))
@@ -269,7 +287,7 @@ def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu
     if value_file.is_file():
         model.add_value_head()
         try:
-            model.value_head.load_state_dict(load_file(str(value_file)))
-        except (SafetensorsError, OSError, RuntimeError) as exc:
+            model.value_head.load_state_dict(load_tensors(value_file, checksums.get("value_head.safetensors")))
+        except RuntimeError as exc:
             raise CheckpointError(f"{value_file} is corrupt or does not match ({exc})") from exc
     return model.to(device).eval()
