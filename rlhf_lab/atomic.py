@@ -4,6 +4,7 @@
     replace_folder(folder, write)       build the folder under a hidden name, then swap it in
     recover_folder(folder)              after a killed save: finish or undo the swap, drop leftovers
     FolderLock(folder)                  one writer per folder; the OS releases it when the process dies
+    StopSignals(), signals_deferred()   SIGTERM stops like Ctrl-C; a signal during a save waits for it
 
 A folder swap takes two renames (the old folder aside, the new one in). A kill between them leaves
 no folder at all, only the hidden copies, so the new copy is first renamed to `.NAME.new-PID`, a
@@ -16,11 +17,15 @@ Standard library only: the model package uses it too.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import socket
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -202,6 +207,72 @@ class FolderLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+# ------------------------------------------------------------------------------------- signals
+
+_ACTIVE: StopSignals | None = None
+
+
+class StopSignals:
+    """While active, SIGINT and SIGTERM (what `kill`, `timeout` and job schedulers send) raise
+    KeyboardInterrupt, which the trainer turns into a clean stop. Inside `deferred()` (a save) a
+    signal is held until the block ends, so no number of signals can abort a save half-way.
+
+    Main thread only (Python delivers signals there); elsewhere it does nothing."""
+
+    def __init__(self) -> None:
+        self.received = 0
+        self._deferring = 0
+        self._pending = False
+        self._previous: dict = {}
+
+    def _handle(self, signum, frame) -> None:
+        self.received += 1
+        if self._deferring:
+            self._pending = True
+            print(f"\n{signal.Signals(signum).name}: finishing the save in progress, then stopping", file=sys.stderr)
+            return
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> StopSignals:
+        global _ACTIVE
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+            _ACTIVE = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        global _ACTIVE
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+        if _ACTIVE is self:
+            _ACTIVE = None
+
+    @contextlib.contextmanager
+    def deferred(self):
+        self._deferring += 1
+        try:
+            yield
+        finally:
+            self._deferring -= 1
+            if not self._deferring and self._pending:
+                self._pending = False
+                raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """Hold SIGINT/SIGTERM until the block ends, when a `StopSignals` is active (the CLI); otherwise
+    (a notebook) a no-op, and an interrupt aborts an atomic save, leaving the previous one."""
+    if _ACTIVE is None:
+        yield
+    else:
+        with _ACTIVE.deferred():
+            yield
+
 
 
 if os.name == "nt":

@@ -21,21 +21,20 @@ A state folder (Hugging Face's Trainer keeps the same things in a checkpoint-N f
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import signal
-import sys
-import threading
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
-from .atomic import recover_folder, replace_folder
+from .atomic import StopSignals, recover_folder, replace_folder, signals_deferred
 from .callbacks import Callback
 from .model.hf import CheckpointError, file_sha256, load_tensors
 from .validation import check_number
+
+__all__ = ["Checkpointer", "StopSignals", "has_state", "load_state", "read_state_summary", "save_state",
+           "signals_deferred"]
 
 STATE_FILE = "trainer_state.json"
 
@@ -118,71 +117,6 @@ def load_state(trainer, folder: str | Path) -> None:
     trainer.load_extra_state(state["extra"])
     trainer.rows[:] = state["rows"]
     trainer.step, trainer.train_time = state["step"], state["train_time"]
-
-
-# ------------------------------------------------------------------------------------- signals
-
-_ACTIVE: StopSignals | None = None
-
-
-class StopSignals:
-    """While active, SIGINT and SIGTERM (what `kill`, `timeout` and job schedulers send) raise
-    KeyboardInterrupt, which the trainer turns into a clean stop. Inside `deferred()` (a save) a
-    signal is held until the block ends, so no number of signals can abort a save half-way.
-
-    Main thread only (Python delivers signals there); elsewhere it does nothing."""
-
-    def __init__(self) -> None:
-        self.received = 0
-        self._deferring = 0
-        self._pending = False
-        self._previous: dict = {}
-
-    def _handle(self, signum, frame) -> None:
-        self.received += 1
-        if self._deferring:
-            self._pending = True
-            print(f"\n{signal.Signals(signum).name}: finishing the save in progress, then stopping", file=sys.stderr)
-            return
-        raise KeyboardInterrupt
-
-    def __enter__(self) -> StopSignals:
-        global _ACTIVE
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._previous[signum] = signal.signal(signum, self._handle)
-            _ACTIVE = self
-        return self
-
-    def __exit__(self, *exc) -> None:
-        global _ACTIVE
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous.clear()
-        if _ACTIVE is self:
-            _ACTIVE = None
-
-    @contextlib.contextmanager
-    def deferred(self):
-        self._deferring += 1
-        try:
-            yield
-        finally:
-            self._deferring -= 1
-            if not self._deferring and self._pending:
-                self._pending = False
-                raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def signals_deferred():
-    """Hold SIGINT/SIGTERM until the block ends, when a `StopSignals` is active (the CLI); otherwise
-    (a notebook) a no-op, and an interrupt aborts an atomic save, leaving the previous one."""
-    if _ACTIVE is None:
-        yield
-    else:
-        with _ACTIVE.deferred():
-            yield
 
 
 class Checkpointer(Callback):
