@@ -108,6 +108,7 @@ def _add_rl_arguments(parser) -> None:
                         help="save the resumable state every N steps, and at any stop (default: 10; 0: only at the end)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
 
 
 # What a resumed run may change (the rest is fixed by the saved run: a resumed run is the same run).
@@ -194,7 +195,7 @@ def run_train(args: argparse.Namespace) -> int:
             raise ValueError("train needs --algo and --out (or --resume DIR to continue a saved run)")
         out, config = args.out, make_config(args.algo, **_rl_overrides(args))
     summary = train_run(config, out, progress=not args.no_progress, resume=bool(args.resume),
-                        overwrite=args.overwrite, save_every=args.save_every)
+                        overwrite=args.overwrite, save_every=args.save_every, plots=not args.no_plots)
     trainer = summary.pop("trainer")
     print(f"{config.algo}: held-out accuracy {summary['initial_eval_accuracy']:.3f} -> "
           f"{summary['final_eval_accuracy']:.3f} in {summary['train_seconds']:.1f} s "
@@ -229,7 +230,7 @@ def run_compare(args: argparse.Namespace) -> int:
         out, target, overrides = args.out, args.target, _rl_overrides(args)
         algos = args.algos or ["ppo", "grpo", "gspo", "rloo", "reinforce"]
     table = compare_runs(algos, out, progress=not args.no_progress, target=target, resume=bool(args.resume),
-                         overwrite=args.overwrite, save_every=args.save_every, **overrides)
+                         overwrite=args.overwrite, save_every=args.save_every, plots=not args.no_plots, **overrides)
     print(table.to_string(index=False))
     print(f"report: {out}/report.md")
     return 0

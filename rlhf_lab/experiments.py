@@ -11,6 +11,7 @@ resume=True or replaced with overwrite=True, never mixed with another.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -86,9 +87,22 @@ def prepare_output_folder(out: Path, outputs: tuple, resume: bool, overwrite: bo
             shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
+@contextlib.contextmanager
+def removed_if_refused(out: Path):
+    """Delete `out` again if the block fails while it holds nothing but the lock (a refused run
+    leaves no empty folder behind)."""
+    try:
+        yield
+    except BaseException:
+        if out.is_dir() and [p.name for p in out.iterdir()] == [".lock"]:
+            (out / ".lock").unlink()
+            out.rmdir()
+        raise
+
+
 def train_run(config, out_dir: str | Path, progress: bool = True, save_checkpoint: bool = True,
               trainer: Trainer | None = None, resume: bool = False, overwrite: bool = False,
-              save_every: int = 10) -> dict:
+              save_every: int = 10, plots: bool = True) -> dict:
     """Train `config` into `out_dir`: run.json first, the resumable state every `save_every` steps and
     at any stop (out_dir/resume), then history.csv, metrics.json, plots and the final checkpoint.
 
@@ -96,11 +110,11 @@ def train_run(config, out_dir: str | Path, progress: bool = True, save_checkpoin
     (continue from its saved state, to `config.steps`) or `overwrite`. Signals sent while a file is
     written wait for it (when the CLI's StopSignals is active)."""
     out = output_folder(out_dir)
-    with FolderLock(out):
+    with FolderLock(out), removed_if_refused(out):
         prepare_output_folder(out, TRAIN_OUTPUTS, resume, overwrite)
+        trainer = trainer or Trainer(config)  # bad settings raise here, before anything is written
         with signals_deferred():
             write_text_atomic(out / RUN_FILE, json.dumps({"command": "train", "config": config.to_dict()}, indent=2) + "\n")
-        trainer = trainer or Trainer(config)
         state = out / STATE_FOLDER
         if resume and has_state(state):
             trainer.resume(state)
@@ -121,12 +135,13 @@ def train_run(config, out_dir: str | Path, progress: bool = True, save_checkpoin
         summary["elapsed_seconds"] = time.perf_counter() - start
         with signals_deferred():
             write_text_atomic(out / "metrics.json", json.dumps(summary, indent=2, default=str) + "\n")
-        try:
-            from .viz import save_training_plots
+        if plots:
+            try:
+                from .viz import save_training_plots
 
-            save_training_plots(trainer.history, trainer.distributions, out / "plots", config=trainer.config)
-        except ImportError:  # plotting is optional for the CLI
-            pass
+                save_training_plots(trainer.history, trainer.distributions, out / "plots", config=trainer.config)
+            except ImportError:  # plotting is optional for the CLI
+                pass
         if save_checkpoint:
             with signals_deferred():
                 trainer.save(out / "checkpoint")
@@ -135,14 +150,15 @@ def train_run(config, out_dir: str | Path, progress: bool = True, save_checkpoin
 
 
 def compare_runs(algos: list[str], out_dir: str | Path, progress: bool = True, target: float = 0.95,
-                 resume: bool = False, overwrite: bool = False, save_every: int = 10, **overrides) -> pd.DataFrame:
+                 resume: bool = False, overwrite: bool = False, save_every: int = 10, plots: bool = True,
+                 **overrides) -> pd.DataFrame:
     """Run each algorithm from the same checkpoint with the same seed into out_dir/ALGO; write report.md.
     `resume` continues every unfinished run (finished ones are only summarised again)."""
     duplicates = sorted({algo for algo in algos if algos.count(algo) > 1})
     if duplicates:
         raise ValueError(f"algos lists {duplicates} more than once; each algorithm's run has one folder")
     out = output_folder(out_dir)
-    with FolderLock(out):
+    with FolderLock(out), removed_if_refused(out):
         prepare_output_folder(out, COMPARE_OUTPUTS + tuple(algos), resume, overwrite)
         with signals_deferred():
             write_text_atomic(out / RUN_FILE, json.dumps({"command": "compare", "algos": list(algos), "target": target,
@@ -150,7 +166,7 @@ def compare_runs(algos: list[str], out_dir: str | Path, progress: bool = True, t
         rows, histories = [], {}
         for algo in algos:
             summary = train_run(make_config(algo, **overrides), out / algo, progress=progress, resume=resume,
-                                save_every=save_every)
+                                save_every=save_every, plots=plots)
             history = summary.pop("trainer").history
             histories[algo] = history
             rows.append({
@@ -165,16 +181,17 @@ def compare_runs(algos: list[str], out_dir: str | Path, progress: bool = True, t
                 "params+optim MiB": (sum(summary["memory_bytes"].values())) / 2**20,
             })
         table = pd.DataFrame(rows)
-        try:
-            from .viz import plot_history
+        if plots:
+            try:
+                from .viz import plot_history
 
-            fig = plot_history(histories, metrics=["eval_accuracy", "reward_mean", "kl_k1"], x="wall_time")
-            fig.savefig(out / "comparison.png", dpi=90, bbox_inches="tight")
-        except ImportError:
-            pass
+                fig = plot_history(histories, metrics=["eval_accuracy", "reward_mean", "kl_k1"], x="wall_time")
+                fig.savefig(out / "comparison.png", dpi=90, bbox_inches="tight")
+            except ImportError:
+                pass
         report = ["# Algorithm comparison", "", f"Same checkpoint, task and seed; overrides: {overrides}", "",
                   table.to_markdown(index=False, floatfmt=".3f") if _has_tabulate() else table.to_string(index=False),
-                  "", "![comparison](comparison.png)", ""]
+                  "", "![comparison](comparison.png)" if plots else "", ""]
         with signals_deferred():
             write_text_atomic(out / "report.md", "\n".join(report))
             write_text_atomic(out / "summary.csv", table.to_csv(index=False))
