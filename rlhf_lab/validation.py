@@ -64,6 +64,9 @@ def check_known(name: str, keys, known) -> None:
             raise ValueError(f"unknown {name} field {key!r}; {hint}")
 
 
+_VALIDATING: set[int] = set()  # ids of configs whose checks are running (their own reassignments pass)
+
+
 class Validated:
     """Mixin for a config dataclass whose `__post_init__` checks its fields: assigning a field after
     construction runs the same checks, so `config.learning_rate = float("nan")` raises as the
@@ -72,17 +75,16 @@ class Validated:
 
     def __setattr__(self, name: str, value: Any) -> None:
         fields = getattr(type(self), "__dataclass_fields__", {})
-        state = self.__dict__
-        if name not in fields or name not in state or state.get("_validating"):
+        if name not in fields or name not in self.__dict__ or id(self) in _VALIDATING:
             object.__setattr__(self, name, value)  # construction, or a reassignment inside the checks
             return
-        old = state[name]
+        old = self.__dict__[name]
         object.__setattr__(self, name, value)
-        object.__setattr__(self, "_validating", True)
+        _VALIDATING.add(id(self))
         try:
             self.__post_init__()
         except BaseException:
             object.__setattr__(self, name, old)
             raise
         finally:
-            object.__setattr__(self, "_validating", False)
+            _VALIDATING.discard(id(self))
