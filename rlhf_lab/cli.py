@@ -3,6 +3,11 @@
     python -m rlhf_lab data                                   # task datasets -> data/tasks/
     python -m rlhf_lab sft --preset all                       # retrain the shipped checkpoints
     python -m rlhf_lab sft --preset addition_sft --steps 500 --out /tmp/checkpoints
+    python -m rlhf_lab train --algo grpo --steps 200 --out runs/grpo   # saves a resumable state every 10 steps
+    python -m rlhf_lab train --resume runs/grpo                        # after Ctrl-C, SIGTERM, a kill or a crash
+
+A training run owns its --out folder (a lock; another run there is refused unless --resume or
+--overwrite). SIGINT and SIGTERM stop it cleanly with exit status 130, after saving.
 
 Each command is a pair: `add_<command>_parser(subparsers)` declares its arguments and
 `run_<command>(args) -> exit code` runs it; `COMMANDS` maps the name to the runner. A new command
@@ -201,9 +206,7 @@ def run_train(args: argparse.Namespace) -> int:
           f"{summary['final_eval_accuracy']:.3f} in {summary['train_seconds']:.1f} s "
           f"({summary['steps']} steps, stopped by {summary['stop_reason']}); results in {out}")
     if trainer.stop_reason == "interrupted":
-        print(f"Stopped at step {trainer.step}; the run is saved. Continue it with: "
-              f"python -m rlhf_lab train --resume {out}", file=sys.stderr)
-        return 130
+        return 130  # the trainer said where the run is saved and how to continue it
     return 1 if trainer.stop_reason == "non_finite" else 0
 
 

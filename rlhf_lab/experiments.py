@@ -119,16 +119,16 @@ def train_run(config, out_dir: str | Path, progress: bool = True, save_checkpoin
         if resume and has_state(state):
             trainer.resume(state)
         trainer.add_callback(Checkpointer(state, every=save_every))
+        trainer.resume_hint = f"It is saved in {state}; continue with: python -m rlhf_lab train --resume {out}"
         total = None if config.time_budget else config.steps
         if progress:
             trainer.add_callback(ProgressBar(total))
         start = time.perf_counter()
         steps_left = max(config.steps - trainer.step, 0)
         budget_left = None if config.time_budget is None else config.time_budget - trainer.train_time
-        if steps_left and (budget_left is None or budget_left > 0):
-            trainer.train(steps=steps_left, time_budget=budget_left)
-        elif trainer.stop_reason is None:
-            trainer.stop_reason = "steps" if not steps_left else "time_budget"
+        if budget_left is not None and budget_left <= 0:  # a resumed run whose clock had run out
+            steps_left, budget_left = 0, None
+        trainer.train(steps=steps_left, time_budget=budget_left)  # 0 steps still finishes a cut evaluation
         with signals_deferred():
             write_text_atomic(out / "history.csv", trainer.history.to_csv(index=False))
         summary = summarize(trainer)

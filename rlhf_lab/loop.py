@@ -30,6 +30,8 @@ from .validation import check_number
 
 class TrainingLoop:
     stop_reason: str | None = None
+    # the last words of the interrupt message: how to continue (the CLI names `--resume OUT`)
+    resume_hint: str = "Call train() again to continue."
 
     def train(self, steps: int | None = None, time_budget: float | None = None):
         """Run `steps` more steps (default config.steps) or until `time_budget` more seconds of
@@ -52,7 +54,10 @@ class TrainingLoop:
         try:
             if not self.rows:  # step 0: where we start from
                 self.rows.append(self.start_row())
-            while self.step < last_step and (budget_end is None or self.train_time < budget_end):
+            elif self.evaluation_interrupted():  # a stop came during the last step's evaluation: finish it
+                self.rows[-1]["eval_accuracy"] = self.evaluate()
+                self.stop_reason = self.early_stop(self.rows[-1])
+            while not self.stop_reason and self.step < last_step and (budget_end is None or self.train_time < budget_end):
                 metrics = self.train_step()
                 out_of_time = budget_end is not None and self.train_time >= budget_end
                 if c.eval_every and (self.step % c.eval_every == 0 or self.step == last_step or out_of_time):
@@ -65,7 +70,7 @@ class TrainingLoop:
         except KeyboardInterrupt:
             self.stop_reason = "interrupted"
             print(f"Training interrupted after step {self.step}; model and history are intact "
-                  f"({len(self.rows)} rows). Call train() again to continue.")
+                  f"({len(self.rows)} rows). {self.resume_hint}")
         except NonFiniteLossError as exc:
             self.stop_reason = "non_finite"
             warnings.warn(str(exc), RuntimeWarning, stacklevel=2)
@@ -86,6 +91,13 @@ class TrainingLoop:
             self.step, self.train_time = counters
             raise
         return self._commit(result)
+
+    def evaluation_interrupted(self) -> bool:
+        """Whether the last row is a step that was due a periodic evaluation but has none (a stop
+        landed during it): train() then evaluates it first, so a resumed history has every row."""
+        eval_every, row = self.config.eval_every, self.rows[-1] if self.rows else {}
+        accuracy = row.get("eval_accuracy", 0.0)
+        return bool(eval_every) and self.step > 0 and self.step % eval_every == 0 and accuracy != accuracy  # NaN
 
     def check_finite_weights(self) -> None:
         """Raise NonFiniteLossError if a trained weight is NaN or infinite (a finite loss and gradient

@@ -127,21 +127,14 @@ class Checkpointer(Callback):
     def __init__(self, folder: str | Path, every: int = 10) -> None:
         check_number("every", every, low=0, integer=True)
         self.folder, self.every = Path(folder), every
-        self.saved_step: int | None = None
-
-    def on_train_begin(self, trainer) -> None:
-        if self.saved_step is None and has_state(self.folder):
-            self.saved_step = read_state_summary(self.folder)["step"]
 
     def on_step_end(self, trainer, metrics: dict, distributions=None) -> None:
         if self.every and trainer.step % self.every == 0:
             self.save(trainer)
 
     def on_train_end(self, trainer) -> None:
-        if trainer.step != self.saved_step:
-            self.save(trainer)
+        self.save(trainer)  # always: the last row may have changed since (an evaluation finished)
 
     def save(self, trainer) -> None:
         with signals_deferred():
             save_state(trainer, self.folder)
-            self.saved_step = trainer.step

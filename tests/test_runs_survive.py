@@ -96,15 +96,25 @@ def test_a_stopped_cli_run_resumes_to_the_uninterrupted_history(tmp_path, refere
         delay = rng.uniform(0.0, 2.5)
         time.sleep(delay)
         process.send_signal(signal.SIGTERM if fault == "SIGTERM" else signal.SIGKILL)
-    _, stderr = process.communicate(timeout=120)
+    stdout, stderr = process.communicate(timeout=120)
     what = f"{fault} {delay:.2f} s in (RLHF_LAB_FAULT_SEED={SEED}), exit {process.returncode}"
     print(what)
     expected = {"SIGTERM": (0, 130), "double SIGINT": (0, 130), "SIGKILL": (-signal.SIGKILL, 0)}[fault]
     assert process.returncode in expected, f"{what}\n{stderr[-2000:]}"
     assert "Traceback" not in stderr, f"{what}\n{stderr[-2000:]}"
     if process.returncode == 130:  # a clean stop says how to continue
-        assert "--resume" in stderr
+        assert f"--resume {out}" in stdout + stderr
     resume_and_compare(out, reference, what)
+
+
+def test_a_ctrl_c_while_importing_exits_cleanly_and_writes_nothing(tmp_path):
+    out = tmp_path / "run"
+    process = launch(out, plots=False)
+    time.sleep(0.3)  # torch is still being imported
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
+    assert not out.exists() or (out / "run.json").exists()  # no folder, or (on a slow start) a resumable run
 
 
 def test_one_writer_per_folder_and_a_killed_writer_leaves_no_stale_lock(tmp_path, capsys):
@@ -205,6 +215,25 @@ def test_sft_resume_continues_exactly_with_the_same_checkpointer(tmp_path):
     first.train(steps=3)  # ends on an odd step: the end-of-train save, not the periodic one, holds it
     second = SFTTrainer(config, default_tokenizer()).resume(tmp_path / "state")
     resumed = second.train(steps=3)
+    pd.testing.assert_frame_equal(drop_process_columns(resumed), drop_process_columns(straight))
+
+
+def test_a_stop_during_an_evaluation_is_finished_by_the_next_train():
+    class StopDuringEvaluation(SFTTrainer):
+        stop_at: int | None = 3
+
+        def evaluate(self, examples=None):
+            if self.step == self.stop_at:
+                self.stop_at = None
+                raise KeyboardInterrupt
+            return super().evaluate(examples)
+
+    config = SFTConfig(steps=6, batch_size=8, eval_every=3, eval_examples=10, n_train=100, n_test=20)
+    straight = SFTTrainer(config, default_tokenizer()).train()
+    trainer = StopDuringEvaluation(config, default_tokenizer())
+    trainer.train()
+    assert trainer.stop_reason == "interrupted" and trainer.step == 3
+    resumed = trainer.train(steps=3)
     pd.testing.assert_frame_equal(drop_process_columns(resumed), drop_process_columns(straight))
 
 
