@@ -73,7 +73,13 @@ def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120.0) -> N
 
 
 def resume_and_compare(out: Path, reference: pd.DataFrame, what: str) -> None:
+    """Resume, then check that the run continued (the saved rows' wall times, which no rerun could
+    reproduce, are still there) and that it ends as the uninterrupted run did."""
+    state = out / "resume" / "trainer_state.pt"
+    saved = torch.load(state, weights_only=True)["rows"] if state.is_file() else []
     assert main(["train", "--resume", str(out), "--no-progress", "--threads", "1"]) == 0, what
+    history = pd.read_csv(out / "history.csv", float_precision="round_trip")
+    assert list(history["wall_time"][: len(saved)]) == [row["wall_time"] for row in saved], f"{what}: not continued"
     pd.testing.assert_frame_equal(comparable(out / "history.csv"), reference, obj=what)
     leftovers = [p.name for p in out.rglob(".*") if p.name != ".lock"]
     assert not leftovers, f"{what}: temporary files left behind: {leftovers}"
@@ -86,6 +92,7 @@ def test_a_stopped_cli_run_resumes_to_the_uninterrupted_history(tmp_path, refere
     process = launch(out, plots=fault == "double SIGINT")
     if fault == "double SIGINT":  # the second one lands in the wrap-up (saving, evaluating, plotting)
         wait_for(out / "resume" / "trainer_state.json", process)
+        assert process.poll() is None, "the run ended without saving a resumable state along the way"
         delay = rng.uniform(0.0, 0.5)
         time.sleep(delay)
         process.send_signal(signal.SIGINT)
@@ -93,6 +100,7 @@ def test_a_stopped_cli_run_resumes_to_the_uninterrupted_history(tmp_path, refere
         process.send_signal(signal.SIGINT)
     else:  # any moment from the run's start (run.json written) through training and the wrap-up
         wait_for(out / "run.json", process)
+        assert (out / "run.json").is_file(), "the run never started"
         delay = rng.uniform(0.0, 2.5)
         time.sleep(delay)
         process.send_signal(signal.SIGTERM if fault == "SIGTERM" else signal.SIGKILL)
