@@ -30,12 +30,11 @@ import torch
 from rlhf_lab.atomic import FolderInUseError, FolderLock, recover_folder, replace_folder
 from rlhf_lab.checkpoints import CheckpointError, load_checkpoint
 from rlhf_lab.cli import main
-from rlhf_lab.model import LlamaModel
 from rlhf_lab.model.hf import from_pretrained, save_pretrained
 from rlhf_lab.rl import Trainer, make_config
 from rlhf_lab.run_state import Checkpointer
 from rlhf_lab.sampling import SamplingConfig, generate
-from rlhf_lab.sft import SFTConfig, SFTTrainer, lab_model_config
+from rlhf_lab.sft import SFTConfig, SFTTrainer
 from rlhf_lab.tokenizer import default_tokenizer
 
 PROCESS_COLUMNS = ["wall_time", "step_time", "rollout_time", "update_time", "tokens_per_s", "mem_peak_bytes"]
@@ -387,3 +386,33 @@ def test_oversized_rollouts_are_refused_at_construction(tmp_path, capsys):
         main(["train", "--algo", "grpo", "--set", "max_completion_length=1000000", "--out", str(tmp_path / "run")])
     assert exc.value.code == 2 and "max_completion_length" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()  # a refused run leaves no folder behind
+
+
+@pytest.mark.parametrize("careless, message", [
+    (lambda: make_config("grpo", learnig_rate=1e-4), "unknown GRPOConfig field 'learnig_rate'; did you mean 'learning_rate'"),
+    (lambda: make_config("grpo", task_params=3), "task_params must be a dict"),
+    (lambda: make_config("grpo", eval_examples=10**6, n_test=20), r"eval_examples \(1000000\) must be <= n_test \(20\)"),
+    (lambda: SFTConfig(learning_rate=float("inf")), "learning_rate must be a number, got inf"),
+    (lambda: setattr(SamplingConfig(), "max_new_tokens", 0), "max_new_tokens must satisfy 1 <= max_new_tokens"),
+], ids=["unknown field", "task_params", "eval_examples", "sft lr inf", "assigned max_new_tokens"])
+def test_careless_settings_get_an_error_naming_the_field(careless, message):
+    with pytest.raises(ValueError, match=message):
+        careless()
+
+
+def test_careless_checkpoints_and_tokenizers_get_clear_errors(tmp_path, lab_model):
+    model, tokenizer = lab_model
+    folder = save_pretrained(model, tmp_path / "ckpt", tokenizer=tokenizer)
+    config_text = (folder / "config.json").read_text()
+    for text, message in (("[1, 2]", "must hold a JSON object"), ('{"hidden_size": 64}', "lacks .*vocab_size")):
+        (folder / "config.json").write_text(text)
+        with pytest.raises(CheckpointError, match=message):
+            load_checkpoint(folder)
+    (folder / "config.json").write_text(config_text)
+    (folder / "tokenizer.json").unlink()
+    with pytest.raises(CheckpointError, match="no tokenizer.json"):
+        load_checkpoint(folder)
+    assert load_checkpoint(folder, default_tokenizer=True)[1] is not None  # unless the caller asks for the default
+    wide = type(tokenizer)("0123456789+=:;,abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    with pytest.raises(ValueError, match=f"the tokenizer has {len(wide)} tokens but the model's vocab_size is"):
+        Trainer(tiny("grpo"), model=load_checkpoint("addition_rl_start")[0], tokenizer=wide)
