@@ -50,6 +50,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write `text` to `path` so that readers see the old file or the new one, never a mix:
     a temporary file in the same folder, flushed to disk, then renamed over `path`."""
     path = Path(path)
+    recover_folder(path)  # deletes the temporary files of a killed earlier write (same naming)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as handle:

@@ -117,7 +117,7 @@ def _add_rl_arguments(parser) -> None:
 
 
 # What a resumed run may change (the rest is fixed by the saved run: a resumed run is the same run).
-RESUME_OPTIONS = ("steps", "time_budget", "eval_every", "device")
+RESUME_OPTIONS = ("steps", "time_budget", "eval_every")
 
 
 def _rl_overrides(args: argparse.Namespace) -> dict:
@@ -146,7 +146,7 @@ def _resume_settings(args: argparse.Namespace, command: str) -> tuple[Path, dict
     """(folder, its run.json) for --resume DIR, refusing options that would make it another run."""
     from .experiments import RUN_FILE, output_folder
 
-    fixed = [f"--{name}" for name in ("seed", "init", "set") if getattr(args, name)]
+    fixed = [f"--{name}" for name in ("seed", "init", "set", "device") if getattr(args, name)]
     fixed += ["--out"] if args.out and Path(args.out) != Path(args.resume) else []
     if fixed:
         raise ValueError(f"{', '.join(fixed)} cannot be combined with --resume: the saved run fixes them "
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             args = parser.parse_args(argv)
             return COMMANDS[args.command](args)
         except KeyboardInterrupt:
-            print("\nStopped. What a training run had saved is kept; `--resume DIR` continues it.", file=sys.stderr)
+            print("\nStopped. A `train` or `compare` run keeps what it saved: --resume DIR continues it.", file=sys.stderr)
             return 130
         except (ValueError, FolderInUseError, PermissionError) as error:
             # validation names the field and allowed values; a folder in use or not writable says so

@@ -23,6 +23,7 @@ from .atomic import FolderLock, write_text_atomic
 from .callbacks import ProgressBar
 from .rl import Trainer, make_config
 from .run_state import Checkpointer, has_state, signals_deferred
+from .validation import check_number
 
 
 def summarize(trainer: Trainer) -> dict:
@@ -109,6 +110,7 @@ def train_run(config, out_dir: str | Path, progress: bool = True, save_checkpoin
     One writer per folder (a lock); a folder holding another run is refused unless `resume`
     (continue from its saved state, to `config.steps`) or `overwrite`. Signals sent while a file is
     written wait for it (when the CLI's StopSignals is active)."""
+    check_number("save_every", save_every, low=0, integer=True)
     out = output_folder(out_dir)
     with FolderLock(out), removed_if_refused(out):
         prepare_output_folder(out, TRAIN_OUTPUTS, resume, overwrite)

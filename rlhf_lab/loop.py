@@ -142,7 +142,7 @@ class TrainingLoop:
 
     def resume(self, folder):
         """Load the state saved in `folder` into this trainer (built with the same config; `steps`,
-        `time_budget`, `eval_every`, `device` and `keep_distributions` may differ) and return it. On the
+        `time_budget`, `eval_every` and `keep_distributions` may differ) and return it. On the
         CPU, `train()` then continues exactly as the saved run would have, row for row."""
         from .run_state import load_state
 

@@ -38,9 +38,9 @@ __all__ = ["Checkpointer", "StopSignals", "has_state", "load_state", "read_state
 
 STATE_FILE = "trainer_state.json"
 
-# Fields a resumed run may change: how long it goes on, how often it evaluates, where it runs,
-# what it keeps for the plots. Any other difference would make the resumed run another run.
-RESUMABLE_CHANGES = ("steps", "time_budget", "eval_every", "device", "keep_distributions")
+# Fields a resumed run may change: how long it goes on, how often it evaluates, what it keeps for
+# the plots. (Not the device: RNG states and float rounding differ between devices.) Any other difference would make the resumed run another run.
+RESUMABLE_CHANGES = ("steps", "time_budget", "eval_every", "keep_distributions")
 
 
 def has_state(folder: str | Path) -> bool:
