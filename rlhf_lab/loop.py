@@ -120,8 +120,9 @@ class TrainingLoop:
     # resumable state: what `rlhf_lab.run_state` saves and loads
 
     def state_modules(self) -> dict[str, torch.nn.Module]:
-        """The trained modules by name, e.g. {"policy": ..., "critic": ...}: their weights are saved."""
-        raise NotImplementedError(f"{type(self).__name__} does not say which modules it trains (state_modules)")
+        """The trained modules by name, e.g. {"policy": ..., "critic": ...}: their weights are saved
+        and checked for NaN after every step. A subclass that returns none cannot be saved."""
+        return {}
 
     def state_generators(self) -> dict[str, torch.Generator]:
         """Every torch.Generator a step draws from, by name (their states are saved)."""

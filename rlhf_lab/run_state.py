@@ -52,6 +52,8 @@ def has_state(folder: str | Path) -> bool:
 def save_state(trainer, folder: str | Path) -> Path:
     """Write everything `trainer` needs to continue into `folder`, atomically (a reader, or a kill,
     sees the previous state or this one)."""
+    if not trainer.state_modules():
+        raise NotImplementedError(f"{type(trainer).__name__} does not say which modules it trains (state_modules)")
     modules = {name: {key: value.detach().cpu().clone().contiguous() for key, value in module.state_dict().items()}
                for name, module in trainer.state_modules().items()}
     state = {
