@@ -11,7 +11,10 @@ translation. A saved folder is an ordinary HF Llama checkpoint:
 
 so `transformers.AutoModelForCausalLM.from_pretrained(folder)` loads it too. Writes are atomic: the
 folder is assembled under a temporary name and renamed into place, so an interrupted save never
-leaves a half-written checkpoint where a good one was.
+leaves a half-written checkpoint where a good one was, and the next save or load repairs what a
+killed one left (`rlhf_lab.atomic`). Loads are checked: config.json must be a Llama config, each
+weights file must match the checksum saved in config.json["rlhf_lab"]["sha256"] (when there is one),
+and no tensor may hold NaN or inf.
 """
 
 from __future__ import annotations
