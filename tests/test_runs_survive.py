@@ -117,7 +117,7 @@ def test_a_stopped_cli_run_resumes_to_the_uninterrupted_history(tmp_path, refere
 def test_a_ctrl_c_while_importing_exits_cleanly_and_writes_nothing(tmp_path):
     out = tmp_path / "run"
     process = launch(out, plots=False)
-    time.sleep(0.3)  # torch is still being imported
+    time.sleep(1.0)  # torch is still being imported
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
