@@ -271,7 +271,9 @@ def main(argv: list[str] | None = None) -> int:
             args = parser.parse_args(argv)
             return COMMANDS[args.command](args)
         except KeyboardInterrupt:
-            print("\nStopped. A `train` or `compare` run keeps what it saved: --resume DIR continues it.", file=sys.stderr)
+            out = locals().get("args") and (getattr(args, "resume", None) or getattr(args, "out", None))
+            hint = f" The run keeps what it saved: python -m rlhf_lab {args.command} --resume {out}" if out else ""
+            print(f"\nStopped.{hint}", file=sys.stderr)
             return 130
         except (ValueError, FolderInUseError, PermissionError) as error:
             # validation names the field and allowed values; a folder in use or not writable says so
