@@ -265,13 +265,14 @@ def main(argv: list[str] | None = None) -> int:
     saves first, see rlhf_lab.run_state)."""
     from .atomic import FolderInUseError, StopSignals
 
+    args = None
     with StopSignals():  # installed before torch is imported: a Ctrl-C at any moment exits cleanly
         try:
             parser = build_parser()
             args = parser.parse_args(argv)
             return COMMANDS[args.command](args)
         except KeyboardInterrupt:
-            out = locals().get("args") and (getattr(args, "resume", None) or getattr(args, "out", None))
+            out = args is not None and (getattr(args, "resume", None) or getattr(args, "out", None))
             hint = f" The run keeps what it saved: python -m rlhf_lab {args.command} --resume {out}" if out else ""
             print(f"\nStopped.{hint}", file=sys.stderr)
             return 130
