@@ -226,13 +226,14 @@ class StopSignals:
         self.received = 0
         self._deferring = 0
         self._pending = False
+        self._what: list[str] = []
         self._previous: dict = {}
 
     def _handle(self, signum, frame) -> None:
         self.received += 1
         if self._deferring:
             self._pending = True
-            print(f"\n{signal.Signals(signum).name}: finishing the save in progress, then stopping", file=sys.stderr)
+            print(f"\n{signal.Signals(signum).name}: finishing {self._what[-1]}, then stopping", file=sys.stderr)
             return
         raise KeyboardInterrupt
 
@@ -253,12 +254,15 @@ class StopSignals:
             _ACTIVE = None
 
     @contextlib.contextmanager
-    def deferred(self):
+    def deferred(self, what: str = "the save in progress"):
+        """Hold signals until the block ends (`what` it is doing goes in the message), then stop."""
         self._deferring += 1
+        self._what.append(what)
         try:
             yield
         finally:
             self._deferring -= 1
+            self._what.pop()
             if not self._deferring and self._pending:
                 self._pending = False
                 raise KeyboardInterrupt

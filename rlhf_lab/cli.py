@@ -266,9 +266,13 @@ def main(argv: list[str] | None = None) -> int:
     from .atomic import FolderInUseError, StopSignals
 
     args = None
-    with StopSignals():  # installed before torch is imported: a Ctrl-C at any moment exits cleanly
+    with StopSignals() as stop:  # installed before torch is imported: a Ctrl-C at any moment exits cleanly
         try:
-            parser = build_parser()
+            # An import cut by Ctrl-C leaves a half-initialised module (numpy, seen) that breaks later
+            # code: a signal during start-up waits for the imports, then stops.
+            with stop.deferred("start-up (imports)"):
+                parser = build_parser()
+                from . import experiments  # noqa: F401  (what train and compare run)
             args = parser.parse_args(argv)
             return COMMANDS[args.command](args)
         except KeyboardInterrupt:
