@@ -7,6 +7,8 @@ Subclass and override what you need, then pass it to a trainer (`callbacks=[...]
     on_step_end(trainer, metrics, distributions)      after every step; `metrics` is the new history row,
                                                       `distributions` what the histograms show (or None)
     on_train_end(trainer)                             always, also after Stop / KeyboardInterrupt
+
+`rlhf_lab.run_state.Checkpointer` is one: it saves a resumable state every N steps and at any stop.
 """
 
 from __future__ import annotations

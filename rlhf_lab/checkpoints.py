@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from .atomic import recover_folder
 from .device import pick_device
 from .hf_tokenizer import HFTokenizer, is_char_tokenizer
 from .model.hf import CheckpointError, from_pretrained, read_config
@@ -37,7 +38,10 @@ def _available() -> list[str]:
 
 
 def checkpoint_folder(name: str | os.PathLike) -> Path:
-    """A shipped checkpoint's folder by name, or `name` itself when it is a folder."""
+    """A shipped checkpoint's folder by name, or `name` itself when it is a folder (put back first if
+    a save was killed between its two renames, see `rlhf_lab.atomic.recover_folder`)."""
+    if not (isinstance(name, str) and (CHECKPOINT_DIR / name).is_dir()):
+        recover_folder(name)
     if isinstance(name, str) and (CHECKPOINT_DIR / name).is_dir():
         return CHECKPOINT_DIR / name
     if Path(name).is_dir():

@@ -3,6 +3,11 @@
     python -m rlhf_lab data                                   # task datasets -> data/tasks/
     python -m rlhf_lab sft --preset all                       # retrain the shipped checkpoints
     python -m rlhf_lab sft --preset addition_sft --steps 500 --out /tmp/checkpoints
+    python -m rlhf_lab train --algo grpo --steps 200 --out runs/grpo   # saves a resumable state every 10 steps
+    python -m rlhf_lab train --resume runs/grpo                        # after Ctrl-C, SIGTERM, a kill or a crash
+
+A training run owns its --out folder (a lock; another run there is refused unless --resume or
+--overwrite). SIGINT and SIGTERM stop it cleanly with exit status 130, after saving.
 
 Each command is a pair: `add_<command>_parser(subparsers)` declares its arguments and
 `run_<command>(args) -> exit code` runs it; `COMMANDS` maps the name to the runner. A new command
@@ -93,8 +98,8 @@ def run_sft(args: argparse.Namespace) -> int:
 def _add_rl_arguments(parser) -> None:
     parser.add_argument("--time-budget", type=float, default=None, help="seconds of training (evaluation excluded)")
     parser.add_argument("--steps", type=int, default=None, help="maximum number of RL steps")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto")
+    parser.add_argument("--seed", type=int, default=None, help="seed (default: 0)")
+    parser.add_argument("--device", default=None, help="cpu, cuda, mps or auto (default: cpu)")
     parser.add_argument("--init", default=None, help="checkpoint name or folder (default: addition_rl_start)")
     parser.add_argument("--model", default=None, metavar="FOLDER",
                         help="a local Hugging Face folder (Llama, Qwen2/2.5, Qwen3) to train, with its own tokenizer")
@@ -102,12 +107,24 @@ def _add_rl_arguments(parser) -> None:
     parser.add_argument("--eval-every", type=int, default=None)
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="any config field, e.g. --set learning_rate=1e-4 --set loss_type=dr_grpo")
-    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--out", default=None, metavar="DIR", help="output folder (new or empty; one run per folder)")
+    parser.add_argument("--resume", default=None, metavar="DIR",
+                        help="continue the run saved in DIR (after a stop, a kill or a crash) with its settings; "
+                             "--steps / --time-budget may extend it")
+    parser.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
+    parser.add_argument("--save-every", type=int, default=10, metavar="N",
+                        help="save the resumable state every N steps, and at any stop (default: 10; 0: only at the end)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+
+
+# What a resumed run may change (the rest is fixed by the saved run: a resumed run is the same run).
+RESUME_OPTIONS = ("steps", "time_budget", "eval_every")
 
 
 def _rl_overrides(args: argparse.Namespace) -> dict:
-    overrides: dict = {"seed": args.seed, "device": args.device}
+    overrides: dict = {"seed": 0 if args.seed is None else args.seed, "device": args.device or "cpu"}
     if args.time_budget is not None:
         overrides["time_budget"] = args.time_budget
         overrides["steps"] = 1_000_000  # the clock decides
@@ -132,11 +149,46 @@ def _rl_overrides(args: argparse.Namespace) -> dict:
     return overrides
 
 
+def _resume_settings(args: argparse.Namespace, command: str) -> tuple[Path, dict]:
+    """(folder, its run.json) for --resume DIR, refusing options that would make it another run."""
+    from .experiments import RUN_FILE, output_folder
+
+    fixed = [f"--{name}" for name in ("seed", "init", "set", "device") if getattr(args, name)]
+    fixed += ["--out"] if args.out and Path(args.out) != Path(args.resume) else []
+    if fixed:
+        raise ValueError(f"{', '.join(fixed)} cannot be combined with --resume: the saved run fixes them "
+                         f"(only {', '.join('--' + o.replace('_', '-') for o in RESUME_OPTIONS)} may change)")
+    folder = output_folder(args.resume)
+    path = folder / RUN_FILE
+    if not path.is_file():
+        raise ValueError(f"--resume: {folder} holds no run ({RUN_FILE} not found)")
+    run = json.loads(path.read_text())
+    if run.get("command") != command:
+        raise ValueError(f"--resume: {folder} holds a `{run.get('command')}` run, not a `{command}` run")
+    return folder, run
+
+
+def _changes(args: argparse.Namespace) -> dict:
+    """The options a resumed run may change, as config fields."""
+    changes = {name: getattr(args, name) for name in RESUME_OPTIONS if getattr(args, name) is not None}
+    if args.time_budget is not None and args.steps is None:
+        changes["steps"] = 1_000_000
+    return changes
+
+
+def _set_threads(args: argparse.Namespace) -> None:
+    if args.threads is not None:
+        import torch
+
+        check_number("threads", args.threads, low=1, integer=True)
+        torch.set_num_threads(args.threads)
+
+
 def add_train_parser(subparsers) -> None:
     from .rl import ALGORITHMS
 
     parser = subparsers.add_parser("train", help="RL-train the shipped checkpoint with one algorithm")
-    parser.add_argument("--algo", required=True, choices=sorted(ALGORITHMS))
+    parser.add_argument("--algo", choices=sorted(ALGORITHMS), help="required unless --resume")
     _add_rl_arguments(parser)
 
 
@@ -144,12 +196,24 @@ def run_train(args: argparse.Namespace) -> int:
     from .experiments import train_run
     from .rl import make_config
 
-    config = make_config(args.algo, **_rl_overrides(args))
-    summary = train_run(config, args.out, progress=not args.no_progress)
+    _set_threads(args)
+    if args.resume:
+        out, run = _resume_settings(args, "train")
+        if args.algo and args.algo != run["config"]["algo"]:
+            raise ValueError(f"--algo {args.algo}: the run in {out} is a {run['config']['algo']} run")
+        config = make_config(run["config"]["algo"], run["config"], **_changes(args))
+    else:
+        if not args.algo or args.out is None:
+            raise ValueError("train needs --algo and --out (or --resume DIR to continue a saved run)")
+        out, config = args.out, make_config(args.algo, **_rl_overrides(args))
+    summary = train_run(config, out, progress=not args.no_progress, resume=bool(args.resume),
+                        overwrite=args.overwrite, save_every=args.save_every, plots=not args.no_plots)
     trainer = summary.pop("trainer")
-    print(f"{args.algo}: held-out accuracy {summary['initial_eval_accuracy']:.3f} -> "
+    print(f"{config.algo}: held-out accuracy {summary['initial_eval_accuracy']:.3f} -> "
           f"{summary['final_eval_accuracy']:.3f} in {summary['train_seconds']:.1f} s "
-          f"({summary['steps']} steps, stopped by {summary['stop_reason']}); results in {args.out}")
+          f"({summary['steps']} steps, stopped by {summary['stop_reason']}); results in {out}")
+    if trainer.stop_reason == "interrupted":
+        return 130  # the trainer said where the run is saved and how to continue it
     return 1 if trainer.stop_reason == "non_finite" else 0
 
 
@@ -157,8 +221,8 @@ def add_compare_parser(subparsers) -> None:
     from .rl import ALGORITHMS
 
     parser = subparsers.add_parser("compare", help="run several algorithms on the same seed; write one report")
-    parser.add_argument("--algos", nargs="+", default=["ppo", "grpo", "gspo", "rloo", "reinforce"],
-                        choices=sorted(ALGORITHMS))
+    parser.add_argument("--algos", nargs="+", default=None, choices=sorted(ALGORITHMS),
+                        help="default: ppo grpo gspo rloo reinforce")
     parser.add_argument("--target", type=float, default=0.95, help="accuracy for the time-to-target column")
     _add_rl_arguments(parser)
 
@@ -166,10 +230,19 @@ def add_compare_parser(subparsers) -> None:
 def run_compare(args: argparse.Namespace) -> int:
     from .experiments import compare_runs
 
-    table = compare_runs(args.algos, args.out, progress=not args.no_progress, target=args.target,
-                         **_rl_overrides(args))
+    _set_threads(args)
+    if args.resume:
+        out, run = _resume_settings(args, "compare")
+        algos, target, overrides = run["algos"], run["target"], {**run["overrides"], **_changes(args)}
+    else:
+        if args.out is None:
+            raise ValueError("compare needs --out (or --resume DIR to continue a saved comparison)")
+        out, target, overrides = args.out, args.target, _rl_overrides(args)
+        algos = args.algos or ["ppo", "grpo", "gspo", "rloo", "reinforce"]
+    table = compare_runs(algos, out, progress=not args.no_progress, target=target, resume=bool(args.resume),
+                         overwrite=args.overwrite, save_every=args.save_every, plots=not args.no_plots, **overrides)
     print(table.to_string(index=False))
-    print(f"report: {args.out}/report.md")
+    print(f"report: {out}/report.md")
     return 0
 
 
@@ -194,13 +267,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse `argv` (default: sys.argv[1:]) and run the command; invalid settings exit with status 2."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return COMMANDS[args.command](args)
-    except ValueError as error:  # config validation: the message names the field and allowed values
-        parser.exit(2, f"{parser.prog} {args.command}: error: {error}\n")
+    """Parse `argv` (default: sys.argv[1:]) and run the command. Invalid settings, a folder in use or
+    not writable exit with status 2; SIGINT / SIGTERM stop cleanly with status 130 (a training run
+    saves first, see rlhf_lab.run_state)."""
+    from .atomic import FolderInUseError, StopSignals
+
+    args = None
+    with StopSignals() as stop:  # installed before torch is imported: a Ctrl-C at any moment exits cleanly
+        try:
+            # An import cut by Ctrl-C leaves a half-initialised module (numpy, seen) that breaks later
+            # code: a signal during start-up waits for the imports, then stops.
+            with stop.deferred("start-up (imports)"):
+                parser = build_parser()
+                from . import experiments  # noqa: F401  (what train and compare run)
+            args = parser.parse_args(argv)
+            return COMMANDS[args.command](args)
+        except KeyboardInterrupt:
+            out = args is not None and (getattr(args, "resume", None) or getattr(args, "out", None))
+            hint = f" The run keeps what it saved: python -m rlhf_lab {args.command} --resume {out}" if out else ""
+            print(f"\nStopped.{hint}", file=sys.stderr)
+            return 130
+        except (ValueError, FolderInUseError, PermissionError) as error:
+            # validation names the field and allowed values; a folder in use or not writable says so
+            parser.exit(2, f"{parser.prog} {args.command}: error: {error}\n")
 
 
 if __name__ == "__main__":

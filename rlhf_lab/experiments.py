@@ -1,20 +1,29 @@
 """Runs that write their results to a folder: what `python -m rlhf_lab train|compare` and the
 benchmarks call.
 
-    train_run(config, out_dir)            history.csv, metrics.json, plots/*.png, checkpoint/
+    train_run(config, out_dir)            run.json, resume/ (saved along the way), history.csv,
+                                          metrics.json, plots/*.png, checkpoint/
     compare_runs(algos, out_dir, ...)     one sub-folder per algorithm + report.md + comparison.png
+
+Each output folder has one writer (a lock) and holds one run: an existing run is continued with
+resume=True or replaced with overwrite=True, never mixed with another.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import time
 from pathlib import Path
 
 import pandas as pd
 
+from .atomic import FolderLock, write_text_atomic
 from .callbacks import ProgressBar
 from .rl import Trainer, make_config
+from .run_state import Checkpointer, has_state, signals_deferred
+from .validation import check_number
 
 
 def summarize(trainer: Trainer) -> dict:
@@ -45,66 +54,149 @@ def time_to_accuracy(history: pd.DataFrame, target: float) -> float | None:
     return float(hit["wall_time"].iloc[0]) if len(hit) else None
 
 
-def train_run(config, out_dir: str | Path, progress: bool = True, save_checkpoint: bool = True,
-              trainer: Trainer | None = None) -> dict:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    trainer = trainer or Trainer(config)
-    total = None if config.time_budget else config.steps
-    if progress:
-        trainer.add_callback(ProgressBar(total))
-    start = time.perf_counter()
-    trainer.train()
-    summary = summarize(trainer)
-    summary["elapsed_seconds"] = time.perf_counter() - start
-    trainer.history.to_csv(out / "history.csv", index=False)
-    (out / "metrics.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    try:
-        from .viz import save_training_plots
+class OutputFolderError(ValueError):
+    """The output folder holds another run (or other files), or cannot be used."""
 
-        save_training_plots(trainer.history, trainer.distributions, out / "plots", config=trainer.config)
-    except ImportError:  # plotting is optional for the CLI
-        pass
-    if save_checkpoint:
-        trainer.save(out / "checkpoint")
+
+RUN_FILE = "run.json"  # what a run is (its config), written before training: --resume reads it
+STATE_FOLDER = "resume"  # the latest resumable trainer state (rlhf_lab.run_state)
+TRAIN_OUTPUTS = (RUN_FILE, STATE_FOLDER, "history.csv", "metrics.json", "plots", "checkpoint")
+COMPARE_OUTPUTS = (RUN_FILE, "report.md", "summary.csv", "comparison.png")
+
+
+def output_folder(out_dir: str | Path) -> Path:
+    if not str(out_dir).strip():
+        raise OutputFolderError("the output folder must be a path, got an empty string")
+    return Path(out_dir)
+
+
+def prepare_output_folder(out: Path, outputs: tuple, resume: bool, overwrite: bool) -> None:
+    """Refuse to mix two runs in one folder. A folder holding a run is continued (`resume`), or its
+    run's files (`outputs`, nothing else) are deleted (`overwrite`); a folder holding other files
+    is used only with `overwrite`, which leaves them alone."""
+    run_files = [name for name in outputs if (out / name).exists()]
+    others = [p.name for p in out.iterdir() if not p.name.startswith(".") and p.name not in outputs] if out.is_dir() else []
+    if run_files and not (resume or overwrite):
+        raise OutputFolderError(f"{out} already holds a run ({', '.join(run_files)}); pass --resume to continue it, "
+                                "--overwrite to replace it, or choose another --out")
+    if others and not run_files and not overwrite:
+        raise OutputFolderError(f"{out} is not empty ({', '.join(sorted(others)[:5])}) and holds no run; choose a new "
+                                "or empty folder (--overwrite writes there anyway, leaving those files alone)")
+    if overwrite and not resume:
+        for name in run_files:
+            path = out / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+@contextlib.contextmanager
+def removed_if_refused(out: Path):
+    """Delete `out` again if the block fails while it holds nothing but the lock (a refused run
+    leaves no empty folder behind)."""
+    try:
+        yield
+    except BaseException:
+        if out.is_dir() and [p.name for p in out.iterdir()] == [".lock"]:
+            (out / ".lock").unlink()
+            out.rmdir()
+        raise
+
+
+def train_run(config, out_dir: str | Path, progress: bool = True, save_checkpoint: bool = True,
+              trainer: Trainer | None = None, resume: bool = False, overwrite: bool = False,
+              save_every: int = 10, plots: bool = True) -> dict:
+    """Train `config` into `out_dir`: run.json first, the resumable state every `save_every` steps and
+    at any stop (out_dir/resume), then history.csv, metrics.json, plots and the final checkpoint.
+
+    One writer per folder (a lock); a folder holding another run is refused unless `resume`
+    (continue from its saved state, to `config.steps`) or `overwrite`. Signals sent while a file is
+    written wait for it (when the CLI's StopSignals is active)."""
+    check_number("save_every", save_every, low=0, integer=True)
+    out = output_folder(out_dir)
+    with FolderLock(out), removed_if_refused(out):
+        prepare_output_folder(out, TRAIN_OUTPUTS, resume, overwrite)
+        trainer = trainer or Trainer(config)  # bad settings raise here, before anything is written
+        with signals_deferred():
+            write_text_atomic(out / RUN_FILE, json.dumps({"command": "train", "config": config.to_dict()}, indent=2) + "\n")
+        state = out / STATE_FOLDER
+        if resume and has_state(state):
+            trainer.resume(state)
+        trainer.add_callback(Checkpointer(state, every=save_every))
+        trainer.resume_hint = f"It is saved in {state}; continue with: python -m rlhf_lab train --resume {out}"
+        total = None if config.time_budget else config.steps
+        if progress:
+            trainer.add_callback(ProgressBar(total))
+        start = time.perf_counter()
+        steps_left = max(config.steps - trainer.step, 0)
+        budget_left = None if config.time_budget is None else config.time_budget - trainer.train_time
+        if budget_left is not None and budget_left <= 0:  # a resumed run whose clock had run out
+            steps_left, budget_left = 0, None
+        trainer.train(steps=steps_left, time_budget=budget_left)  # 0 steps still finishes a cut evaluation
+        with signals_deferred():
+            write_text_atomic(out / "history.csv", trainer.history.to_csv(index=False))
+        summary = summarize(trainer)
+        summary["elapsed_seconds"] = time.perf_counter() - start
+        with signals_deferred():
+            write_text_atomic(out / "metrics.json", json.dumps(summary, indent=2, default=str) + "\n")
+        if plots:
+            try:
+                from .viz import save_training_plots
+
+                save_training_plots(trainer.history, trainer.distributions, out / "plots", config=trainer.config)
+            except ImportError:  # plotting is optional for the CLI
+                pass
+        if save_checkpoint:
+            with signals_deferred():
+                trainer.save(out / "checkpoint")
     summary["trainer"] = trainer
     return summary
 
 
 def compare_runs(algos: list[str], out_dir: str | Path, progress: bool = True, target: float = 0.95,
+                 resume: bool = False, overwrite: bool = False, save_every: int = 10, plots: bool = True,
                  **overrides) -> pd.DataFrame:
-    """Run each algorithm from the same checkpoint with the same seed; write report.md."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    rows, histories = [], {}
-    for algo in algos:
-        summary = train_run(make_config(algo, **overrides), out / algo, progress=progress)
-        history = summary.pop("trainer").history
-        histories[algo] = history
-        rows.append({
-            "algo": algo,
-            "initial acc": summary["initial_eval_accuracy"],
-            "final acc": summary["final_eval_accuracy"],
-            f"s to {target:.0%}": time_to_accuracy(history, target),
-            "train s": summary["train_seconds"],
-            "steps": summary["steps"],
-            "final KL (k1)": summary["final_kl_k1"],
-            "tokens/s": summary["mean_tokens_per_s"],
-            "params+optim MiB": (sum(summary["memory_bytes"].values())) / 2**20,
-        })
-    table = pd.DataFrame(rows)
-    try:
-        from .viz import plot_history
+    """Run each algorithm from the same checkpoint with the same seed into out_dir/ALGO; write report.md.
+    `resume` continues every unfinished run (finished ones are only summarised again)."""
+    duplicates = sorted({algo for algo in algos if algos.count(algo) > 1})
+    if duplicates:
+        raise ValueError(f"algos lists {duplicates} more than once; each algorithm's run has one folder")
+    out = output_folder(out_dir)
+    with FolderLock(out), removed_if_refused(out):
+        prepare_output_folder(out, COMPARE_OUTPUTS + tuple(algos), resume, overwrite)
+        with signals_deferred():
+            write_text_atomic(out / RUN_FILE, json.dumps({"command": "compare", "algos": list(algos), "target": target,
+                                                          "overrides": overrides}, indent=2) + "\n")
+        rows, histories = [], {}
+        for algo in algos:
+            summary = train_run(make_config(algo, **overrides), out / algo, progress=progress, resume=resume,
+                                save_every=save_every, plots=plots)
+            history = summary.pop("trainer").history
+            histories[algo] = history
+            rows.append({
+                "algo": algo,
+                "initial acc": summary["initial_eval_accuracy"],
+                "final acc": summary["final_eval_accuracy"],
+                f"s to {target:.0%}": time_to_accuracy(history, target),
+                "train s": summary["train_seconds"],
+                "steps": summary["steps"],
+                "final KL (k1)": summary["final_kl_k1"],
+                "tokens/s": summary["mean_tokens_per_s"],
+                "params+optim MiB": (sum(summary["memory_bytes"].values())) / 2**20,
+            })
+        table = pd.DataFrame(rows)
+        if plots:
+            try:
+                from .viz import plot_history
 
-        fig = plot_history(histories, metrics=["eval_accuracy", "reward_mean", "kl_k1"], x="wall_time")
-        fig.savefig(out / "comparison.png", dpi=90, bbox_inches="tight")
-    except ImportError:
-        pass
-    report = ["# Algorithm comparison", "", f"Same checkpoint, task and seed; overrides: {overrides}", "",
-              table.to_markdown(index=False, floatfmt=".3f") if _has_tabulate() else table.to_string(index=False),
-              "", "![comparison](comparison.png)", ""]
-    (out / "report.md").write_text("\n".join(report))
-    table.to_csv(out / "summary.csv", index=False)
+                fig = plot_history(histories, metrics=["eval_accuracy", "reward_mean", "kl_k1"], x="wall_time")
+                fig.savefig(out / "comparison.png", dpi=90, bbox_inches="tight")
+            except ImportError:
+                pass
+        report = ["# Algorithm comparison", "", f"Same checkpoint, task and seed; overrides: {overrides}", "",
+                  table.to_markdown(index=False, floatfmt=".3f") if _has_tabulate() else table.to_string(index=False),
+                  "", "![comparison](comparison.png)" if plots else "", ""]
+        with signals_deferred():
+            write_text_atomic(out / "report.md", "\n".join(report))
+            write_text_atomic(out / "summary.csv", table.to_csv(index=False))
     return table
 
 

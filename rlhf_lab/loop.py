@@ -12,7 +12,9 @@
 
 A subclass provides `config` (steps, time_budget, eval_every), `rows`, `step`, `train_time`,
 `callbacks`, `history`, `evaluate()`, and for `train_step()`: `_step()` (one step, returning its
-row), `_snapshot()` and `_restore(snapshot)` (what a failed step must not change).
+row), `_snapshot()` and `_restore(snapshot)` (what a failed step must not change). For
+`save_state(folder)` / `resume(folder)` (rlhf_lab.run_state) and the check that no weight became
+NaN: `state_modules()`, `state_generators()`, `extra_state()` / `load_extra_state()`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import asdict
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -33,6 +36,8 @@ class TrainingLoop:
     stop_reason: str | None = None
     stop_request: str | None = None  # set by request_stop (a callback), read after the step's hooks
     history_columns: tuple = ()  # the columns `history` puts first, in this order (the rest follow)
+    # the last words of the interrupt message: how to continue (the CLI names `--resume OUT`)
+    resume_hint: str = "Call train() again to continue."
 
     def init_loop(self, callbacks=()) -> None:
         """The bookkeeping every trainer starts with: no rows, step 0, no training time yet."""
@@ -76,7 +81,10 @@ class TrainingLoop:
             call_hooks(self.callbacks, "on_train_begin", self)
             if not self.rows:  # step 0: where we start from
                 self.rows.append(self.start_row())
-            while self.step < last_step and (budget_end is None or self.train_time < budget_end):
+            elif self.evaluation_interrupted():  # a stop came during the last step's evaluation: finish it
+                self.rows[-1].update(self.evaluation())
+                self.stop_reason = self.early_stop(self.rows[-1])
+            while not self.stop_reason and self.step < last_step and (budget_end is None or self.train_time < budget_end):
                 metrics = self.train_step()
                 out_of_time = budget_end is not None and self.train_time >= budget_end
                 if c.eval_every and (self.step % c.eval_every == 0 or self.step == last_step or out_of_time):
@@ -89,7 +97,7 @@ class TrainingLoop:
         except KeyboardInterrupt:
             self.stop_reason = "interrupted"
             print(f"Training interrupted after step {self.step}; model and history are intact "
-                  f"({len(self.rows)} rows). Call train() again to continue.")
+                  f"({len(self.rows)} rows). {self.resume_hint}")
         except NonFiniteLossError as exc:
             self.stop_reason = "non_finite"
             warnings.warn(str(exc), RuntimeWarning, stacklevel=2)
@@ -101,13 +109,32 @@ class TrainingLoop:
     def train_step(self) -> dict:
         """One step, atomically: if anything fails (a non-finite loss, a KeyboardInterrupt) the model,
         optimiser and RNG states are as before the step. Returns its row, appended to `history`."""
-        snapshot = self._snapshot()
+        snapshot, counters = self._snapshot(), (self.step, self.train_time)
         try:
             result = self._step()
+            self.check_finite_weights()
         except BaseException:
             self._restore(snapshot)  # a half-done step never leaks into the model
+            self.step, self.train_time = counters
             raise
         return self._commit(result)
+
+    def evaluation_interrupted(self) -> bool:
+        """Whether the last row is a step that was due a periodic evaluation but has none (a stop
+        landed during it): train() then evaluates it first, so a resumed history has every row."""
+        eval_every, row = self.config.eval_every, self.rows[-1] if self.rows else {}
+        accuracy = row.get("eval_accuracy", 0.0)
+        return bool(eval_every) and self.step > 0 and self.step % eval_every == 0 and accuracy != accuracy  # NaN
+
+    def check_finite_weights(self) -> None:
+        """Raise NonFiniteLossError if a trained weight is NaN or infinite (a finite loss and gradient
+        can still step into overflow, e.g. with a huge learning rate); train_step then restores the
+        weights from before the step."""
+        for name, module in self.state_modules().items():
+            for param_name, param in module.named_parameters():
+                if not bool(torch.isfinite(param).all()):
+                    raise NonFiniteLossError(f"non-finite weights in {name}.{param_name} after step {self.step}; "
+                                             f"training stopped and the weights were kept from the step before")
 
     def _commit(self, result) -> dict:
         """Keep what a successful step produced (its row; the RL trainer also its distributions)."""
@@ -121,6 +148,39 @@ class TrainingLoop:
 
     def add_callback(self, callback) -> None:
         self.callbacks.append(callback)
+
+    # resumable state: what `rlhf_lab.run_state` saves and loads
+
+    def state_modules(self) -> dict[str, torch.nn.Module]:
+        """The trained modules by name, e.g. {"policy": ..., "critic": ...}: their weights are saved
+        and checked for NaN after every step. A subclass that returns none cannot be saved."""
+        return {}
+
+    def state_generators(self) -> dict[str, torch.Generator]:
+        """Every torch.Generator a step draws from, by name (their states are saved)."""
+        return {}
+
+    def extra_state(self) -> dict:
+        """Anything else a step reads (tensors, numbers, strings, lists and dicts of them)."""
+        return {}
+
+    def load_extra_state(self, state: dict) -> None:
+        """Restore what `extra_state` returned."""
+
+    def save_state(self, folder) -> Path:
+        """Write this trainer's whole state to `folder` (atomically); `resume(folder)` continues from it."""
+        from .run_state import save_state
+
+        return save_state(self, folder)
+
+    def resume(self, folder):
+        """Load the state saved in `folder` into this trainer (built with the same config; `steps`,
+        `time_budget`, `eval_every` and `keep_distributions` may differ) and return it. On the
+        CPU, `train()` then continues exactly as the saved run would have, row for row."""
+        from .run_state import load_state
+
+        load_state(self, folder)
+        return self
 
     # hooks, no-ops by default
 
@@ -205,6 +265,12 @@ class SupervisedLoop(TrainingLoop):
             lr=c.learning_rate, betas=(0.9, 0.98))
         self.batch_generator = torch.Generator().manual_seed(c.seed)  # batch order
         self.init_loop(callbacks)
+
+    def state_modules(self) -> dict[str, torch.nn.Module]:
+        return {"model": self.model}
+
+    def state_generators(self) -> dict[str, torch.Generator]:
+        return {"batch": self.batch_generator}
 
     def _snapshot(self):
         return clone_state(self.model.state_dict()), optimizer_snapshot(self.optimizer), self.batch_generator.get_state()

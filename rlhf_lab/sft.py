@@ -27,11 +27,12 @@ import torch.nn.functional as F
 from .callbacks import NonFiniteLossError, ProgressBar
 from .device import autocast, pick_device
 from .evaluate import greedy_accuracy
+from .limits import check_positions, check_tokenizer_fits
 from .loop import SupervisedLoop, backward_and_step
 from .model import LlamaModel, ModelConfig
 from .tasks import TASKS, get_task
 from .tasks.jsonl import SPLIT_N_TRAIN
-from .validation import check_choice, check_number, check_optional
+from .validation import Validated, check_choice, check_number, check_optional
 
 # The lab model's size: the shipped checkpoints' (data/checkpoints/README.md says why this size).
 MODEL_SIZE: dict = dict(
@@ -59,8 +60,9 @@ def lab_model_config(tokenizer, **overrides) -> ModelConfig:
 
 
 @dataclass
-class SFTConfig:
-    """Settings of one SFT run (the fields are what `python -m rlhf_lab sft` exposes)."""
+class SFTConfig(Validated):
+    """Settings of one SFT run (the fields are what `python -m rlhf_lab sft` exposes); validated at
+    construction and on assignment."""
 
     task: str = "addition"
     task_params: dict = field(default_factory=lambda: {"digits": 3})
@@ -86,6 +88,9 @@ class SFTConfig:
             raise ValueError(f"task_params must be a dict, got {self.task_params!r}")
         for name in ("n_train", "n_test", "batch_size", "eval_examples"):
             check_number(name, getattr(self, name), low=1, integer=True)
+        if self.eval_examples > self.n_test:
+            raise ValueError(f"eval_examples ({self.eval_examples}) must be <= n_test ({self.n_test}): evaluation "
+                             "draws its problems from the test split")
         for name in ("steps", "warmup_steps", "eval_every", "seed", "data_seed"):
             check_number(name, getattr(self, name), low=0, integer=True)
         check_number("learning_rate", self.learning_rate, low=0, low_open=True)
@@ -166,8 +171,10 @@ class SFTTrainer(SupervisedLoop):
         if model is None:
             model = LlamaModel(lab_model_config(tokenizer))
         self.model = model.to(self.device).train()
+        check_tokenizer_fits(tokenizer, self.model.config)
         # Every example encoded once, right-padded: (N, L) token ids and the completion mask.
         self.input_ids, self.loss_mask = encode_examples(tokenizer, self.train_examples, self.device)
+        check_positions(self.model.config, 0, self.input_ids.shape[1], "the longest training example (tokens)")
         self.start(callbacks)
 
     # ------------------------------------------------------------------------------------------

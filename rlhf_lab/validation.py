@@ -50,3 +50,41 @@ def check_optional(check: Callable[..., None], name: str, value: Any, *args: Any
         check(name, value, *args, **kwargs)
     except ValueError as error:
         raise ValueError(f"{error}; None is also allowed") from None
+
+
+def check_known(name: str, keys, known) -> None:
+    """Raise ValueError for the first of `keys` not in `known`, naming the closest known one:
+    ``unknown GRPOConfig field 'learnig_rate'; did you mean 'learning_rate'?``"""
+    import difflib
+
+    for key in keys:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), list(known), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(known))}"
+            raise ValueError(f"unknown {name} field {key!r}; {hint}")
+
+
+_VALIDATING: set[int] = set()  # ids of configs whose checks are running (their own reassignments pass)
+
+
+class Validated:
+    """Mixin for a config dataclass whose `__post_init__` checks its fields: assigning a field after
+    construction runs the same checks, so `config.learning_rate = float("nan")` raises as the
+    constructor would, and the field keeps its old value. (A config is read by the trainer at every
+    step: an unchecked assignment would reach the weights.)"""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        fields = getattr(type(self), "__dataclass_fields__", {})
+        if name not in fields or name not in self.__dict__ or id(self) in _VALIDATING:
+            object.__setattr__(self, name, value)  # construction, or a reassignment inside the checks
+            return
+        old = self.__dict__[name]
+        object.__setattr__(self, name, value)
+        _VALIDATING.add(id(self))
+        try:
+            self.__post_init__()
+        except BaseException:
+            object.__setattr__(self, name, old)
+            raise
+        finally:
+            _VALIDATING.discard(id(self))

@@ -14,21 +14,24 @@ silently ignored. A saved folder is an ordinary HF checkpoint:
 
 so `transformers.AutoModelForCausalLM.from_pretrained(folder)` loads it too. Writes are atomic: the
 folder is assembled under a temporary name and renamed into place, so an interrupted save never
-leaves a half-written checkpoint where a good one was.
+leaves a half-written checkpoint where a good one was, and the next save or load repairs what a
+killed one left (`rlhf_lab.atomic`). Loads are checked: config.json must be a Llama config, each
+weights file must match the checksum saved in config.json["rlhf_lab"]["sha256"] (when there is one),
+and no tensor may hold NaN or inf.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError as SafetensorsError
 from safetensors.torch import load_file, save_file
 
+from ..atomic import recover_folder, replace_folder
 from .config import MODEL_TYPES, ModelConfig
 from .transformer import LlamaModel
 
@@ -218,30 +221,6 @@ def to_hf(model: LlamaModel):
     return hf_model.to(model.device).eval()
 
 
-def _atomic_write_folder(folder: Path, write) -> None:
-    """Build the folder next to its destination, then swap it in with renames."""
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private; a checkpoint is meant to be shared
-        for f in tmp.iterdir():  # flush file contents before the rename makes them visible
-            os.chmod(f, 0o644)
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-        if folder.exists():
-            old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
-            os.replace(folder, old)
-            os.replace(tmp, folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
 def save_pretrained(model: LlamaModel, folder: str | os.PathLike, tokenizer=None, metadata: dict | None = None) -> Path:
     """Save as a Hugging Face Llama folder (atomically). `metadata` lands in config.json["rlhf_lab"]."""
     config = model.config
@@ -257,16 +236,47 @@ def save_pretrained(model: LlamaModel, folder: str | os.PathLike, tokenizer=None
     )
 
     def write(tmp: Path) -> None:
-        (tmp / "config.json").write_text(json.dumps(hf_dict, indent=2, sort_keys=True) + "\n")
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         if value_state is not None:
             save_file(value_state, str(tmp / "value_head.safetensors"), metadata={"format": "pt"})
+        # A checksum per weights file: a same-size overwrite of the bytes is caught at load time.
+        hf_dict["rlhf_lab"]["sha256"] = {p.name: file_sha256(p) for p in sorted(tmp.glob("*.safetensors"))}
+        (tmp / "config.json").write_text(json.dumps(hf_dict, indent=2, sort_keys=True) + "\n")
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
             save_generation_config(tmp, tokenizer)
 
-    _atomic_write_folder(Path(folder), write)
-    return Path(folder)
+    return replace_folder(Path(folder), write)
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_tensors(path: str | os.PathLike, sha256: str | None = None) -> dict[str, torch.Tensor]:
+    """The tensors of a .safetensors file, refusing what would load silently broken: a file whose
+    checksum differs from the one saved with it, and any NaN or infinite value (a corrupt file, or
+    weights saved from a diverged run)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path} not found")
+    if sha256 is not None and file_sha256(path) != sha256:
+        raise CheckpointError(f"{path} is corrupt or truncated, or was modified after saving: its checksum "
+                              "differs from the one saved with it")
+    try:
+        state = load_file(str(path))
+    except (SafetensorsError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{path} is corrupt or truncated ({exc})") from exc
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise CheckpointError(f"{path}: tensor {name} holds {bad} non-finite value(s) (NaN or inf); the file is "
+                                  "corrupt or was saved from a diverged run")
+    return state
 
 
 def save_generation_config(folder: str | os.PathLike, tokenizer) -> Path:
@@ -284,18 +294,30 @@ def save_generation_config(folder: str | os.PathLike, tokenizer) -> Path:
     return Path(folder) / "generation_config.json"
 
 
+REQUIRED_CONFIG_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+
+
 def read_config(folder: str | os.PathLike) -> dict:
+    """folder/config.json as a dict, after repairing a killed save of the folder (`recover_folder`)."""
+    recover_folder(folder)
     path = Path(folder) / "config.json"
     if not path.is_file():
         raise CheckpointError(f"{folder} is not a checkpoint folder: config.json not found")
     try:
-        return json.loads(path.read_text())
+        config = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise CheckpointError(f"{path} is not valid JSON ({exc})") from exc
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path} must hold a JSON object (a LlamaConfig), got a {type(config).__name__}")
+    missing = [key for key in REQUIRED_CONFIG_KEYS if key not in config]
+    if missing:
+        raise CheckpointError(f"{path} lacks {missing}, which a Llama config must give")
+    return config
 
 
-def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """model.safetensors, or the shards listed in model.safetensors.index.json (larger checkpoints)."""
+def _load_weights(folder: Path, checksums: dict) -> dict[str, torch.Tensor]:
+    """model.safetensors, or the shards listed in model.safetensors.index.json (larger checkpoints),
+    each checked by `load_tensors` (against its sha256 in `checksums` when the lab saved one)."""
     index = folder / "model.safetensors.index.json"
     if (folder / "model.safetensors").is_file():
         files = [folder / "model.safetensors"]
@@ -305,10 +327,7 @@ def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{folder}: model.safetensors not found")
     state: dict[str, torch.Tensor] = {}
     for weights in files:
-        try:
-            state.update(load_file(str(weights)))
-        except (SafetensorsError, OSError, ValueError) as exc:
-            raise CheckpointError(f"{weights} is corrupt or truncated ({exc})") from exc
+        state.update(load_tensors(weights, checksums.get(weights.name)))
     return state
 
 
@@ -317,10 +336,15 @@ def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu
     """Load a Hugging Face Llama / Qwen2 / Qwen3 folder (ours or any compatible one) into the lab's
     model, in float32. `attn_implementation` ("eager" / "sdpa") overrides the saved choice."""
     folder = Path(folder)
-    config = config_from_hf(read_config(folder))
+    hf_dict = read_config(folder)
+    try:
+        config = config_from_hf(hf_dict)
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(f"{folder / 'config.json'}: {exc}") from exc
     if attn_implementation is not None:
         config = ModelConfig.from_dict({**config.to_dict(), "attn_implementation": attn_implementation})
-    state = _load_weights(folder)
+    checksums = (hf_dict.get("rlhf_lab") or {}).get("sha256") or {}
+    state = _load_weights(folder, checksums)
     config.value_head = False
     model = LlamaModel(config)
     _load_lm_state_dict(model, state, str(folder))
@@ -328,7 +352,7 @@ def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu
     if value_file.is_file():
         model.add_value_head()
         try:
-            model.value_head.load_state_dict(load_file(str(value_file)))
-        except (SafetensorsError, OSError, RuntimeError) as exc:
+            model.value_head.load_state_dict(load_tensors(value_file, checksums.get("value_head.safetensors")))
+        except RuntimeError as exc:
             raise CheckpointError(f"{value_file} is corrupt or does not match ({exc})") from exc
     return model.to(device).eval()

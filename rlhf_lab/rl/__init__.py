@@ -11,7 +11,10 @@ or one phase at a time (trainer.py explains each):
     stats = trainer.update(rollout)
 """
 
+import dataclasses
+
 from ..callbacks import Callback
+from ..validation import check_known
 from .algorithm import Algorithm, LossInfo, broadcast_to_tokens
 from .baselines import RLOO, Reinforce, ReinforceConfig, ReMax, ReMaxConfig, RLOOConfig
 from .config import RLConfig
@@ -51,7 +54,10 @@ def make_config(algo: str, settings: dict | None = None, **overrides) -> RLConfi
     """
     if algo not in ALGORITHMS:
         raise ValueError(f"algo must be one of {tuple(ALGORITHMS)}, got {algo!r}")
-    return ALGORITHMS[algo].config_class(**{**(settings or {}), **overrides})
+    config_class = ALGORITHMS[algo].config_class
+    values = {**(settings or {}), **overrides}
+    check_known(config_class.__name__, values, {f.name for f in dataclasses.fields(config_class)})
+    return config_class(**values)
 
 
 __all__ = [

@@ -2,8 +2,8 @@
 
 Field names follow TRL's GRPOConfig / PPOConfig where they exist (num_generations, num_iterations,
 beta, epsilon, epsilon_high, temperature, max_completion_length, learning_rate, max_grad_norm...).
-Every field is validated at construction (rlhf_lab.validation); errors name the field and the
-allowed values. Settings that only some methods use live in their config classes: beta in the
+Every field is validated at construction and again when assigned later (rlhf_lab.validation);
+errors name the field and the allowed values. Settings that only some methods use live in their config classes: beta in the
 policy-gradient family (policy_gradient.py), kl_coef and the critic in PPO's.
 """
 
@@ -13,11 +13,11 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..tasks.jsonl import SPLIT_N_TRAIN
-from ..validation import check_bool, check_choice, check_number, check_optional
+from ..validation import Validated, check_bool, check_choice, check_number, check_optional
 
 
 @dataclass
-class RLConfig:
+class RLConfig(Validated):
     """Shared settings: the rollout, the optimiser, the schedule and the bookkeeping."""
 
     algo: str = "base"
@@ -62,11 +62,18 @@ class RLConfig:
         from ..tasks import TASKS
 
         check_choice("task", self.task, tuple(sorted(TASKS)))
+        if not isinstance(self.task_params, dict):
+            raise ValueError(f"task_params must be a dict such as {{'digits': 3}}, got {self.task_params!r}")
+        if self.reward_weights is not None and not isinstance(self.reward_weights, dict):
+            raise ValueError(f"reward_weights must be a dict such as {{'correct': 1.0}} or None, got {self.reward_weights!r}")
         for name in ("n_train", "n_test", "prompts_per_step", "num_generations", "num_iterations",
                      "num_minibatches", "eval_examples"):
             check_number(name, getattr(self, name), low=1, integer=True)
         for name in ("warmup_steps", "steps", "eval_every", "seed"):
             check_number(name, getattr(self, name), low=0, integer=True)
+        if self.eval_examples > self.n_test:
+            raise ValueError(f"eval_examples ({self.eval_examples}) must be <= n_test ({self.n_test}): evaluation "
+                             "draws its problems from the test split")
         check_number("temperature", self.temperature, low=0, low_open=True)
         if self.max_completion_length is not None:
             check_number("max_completion_length", self.max_completion_length, low=1, integer=True)

@@ -42,6 +42,7 @@ import torch
 from ..callbacks import Callback, NonFiniteLossError
 from ..device import autocast, pick_device
 from ..evaluate import completion_budget, greedy_accuracy
+from ..limits import check_memory, check_positions, check_tokenizer_fits, generation_bytes
 from ..loop import TrainingLoop, clone_state, optimizer_snapshot, restore_optimizer
 from ..model.lora import adapters_disabled, add_lora, merged_model
 from ..sampling import SamplingConfig
@@ -127,6 +128,7 @@ class Trainer(TrainingLoop):
         self.train_examples, self.test_examples = self.task.make_split(0, config.n_train, config.n_test)  # data seed fixed
         self.eval_examples = self.test_examples[: config.eval_examples]  # what evaluate() scores during training
         self.max_completion_length = config.max_completion_length or completion_budget(self.train_examples)
+        self._check_bounds()
         sampling = SamplingConfig(do_sample=True, temperature=config.temperature,
                                   max_new_tokens=self.max_completion_length, return_logprobs=True)
         self.sampler = RolloutSampler(
@@ -140,6 +142,22 @@ class Trainer(TrainingLoop):
         self.step = 0
         self.train_time = 0.0  # seconds spent in training steps (evaluation excluded)
         self.stop_reason: str | None = None
+
+    def _check_bounds(self) -> None:
+        """Before any work: the tokenizer fits the model, prompt + completion fit its context, and a
+        rollout fits in memory (rlhf_lab.limits)."""
+        c, model_config = self.config, self.policy.config
+        check_tokenizer_fits(self.tokenizer, model_config)
+        longest = max((*self.train_examples, *self.test_examples), key=lambda e: len(e.prompt))
+        prompt_tokens = len(self.tokenizer.encode(longest.prompt, add_bos=True))
+        check_positions(model_config, prompt_tokens, self.max_completion_length, "max_completion_length")
+        rows, length = c.prompts_per_step * c.num_generations, prompt_tokens + self.max_completion_length
+        # generation, then the update's forward/backward: ~4 float32 copies of the (rows, T, vocab)
+        # logits (log-softmax, its gradient) and ~16 of each layer's (rows, length, hidden) activations
+        needed = generation_bytes(model_config, rows, prompt_tokens, self.max_completion_length) + rows * length * 4 * (
+            4 * model_config.vocab_size + 16 * model_config.num_hidden_layers * model_config.hidden_size)
+        check_memory(needed, self.device, f"a rollout of {rows} completions of up to {self.max_completion_length} tokens",
+                     "prompts_per_step, num_generations or max_completion_length")
 
     # ------------------------------------------------------------------------------------------
     # What the trainer holds
@@ -325,6 +343,23 @@ class Trainer(TrainingLoop):
 
     # ------------------------------------------------------------------------------------------
 
+    def state_modules(self) -> dict[str, torch.nn.Module]:
+        modules = {"policy": self.policy}
+        if self.critic is not None and self.critic is not self.policy:
+            modules["critic"] = self.critic
+        return modules
+
+    def state_generators(self) -> dict[str, torch.Generator]:
+        return {"sample": self.sampler.sample_generator, "data": self.sampler.data_generator}
+
+    def extra_state(self) -> dict:
+        return {"algorithm": self.algorithm.state_dict(),
+                "distributions": [dataclasses.asdict(d) for d in self.distributions]}
+
+    def load_extra_state(self, state: dict) -> None:
+        self.algorithm.load_state_dict(state["algorithm"])
+        self.distributions = [StepDistributions(**d) for d in state["distributions"]]
+
     def _snapshot(self):
         separate = self.critic is not None and self.critic is not self.policy
         return (clone_state(self.policy.state_dict()), clone_state(self.critic.state_dict()) if separate else None,
@@ -365,9 +400,6 @@ class Trainer(TrainingLoop):
             raise NonFiniteLossError(f"non-finite advantages at step {step} ({bad} non-finite reward(s)); training "
                                      f"stopped and the weights were kept from step {self.step}")
         stats = self.update(rollout)
-        if not all(torch.isfinite(p).all() for p in self.trainable_parameters()):
-            raise NonFiniteLossError(f"non-finite weights after the update of step {step}; training stopped and "
-                                     f"the weights were kept from step {self.step}")
         t2 = time.perf_counter()
 
         self.step = step

@@ -13,11 +13,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from rlhf_lab.validation import check_bool, check_number, check_optional
+from rlhf_lab.validation import Validated, check_bool, check_number, check_optional
 
 
 @dataclass
-class SamplingConfig:
+class SamplingConfig(Validated):
     """Decoding settings for `rlhf_lab.sampling`.
 
     Attributes:

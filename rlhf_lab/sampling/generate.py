@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..device import autocast
+from ..limits import check_memory, check_positions, check_token_ids, generation_bytes
 from ..model.kv_cache import DynamicCache, StaticCache
 from ..validation import check_choice, check_number
 from .config import SamplingConfig
@@ -137,6 +138,10 @@ def generate(
         cache: one of CACHE_KINDS. 'none' recomputes the whole prefix each step (the slow baseline).
         generator: RNG for sampling; default: seeded from config.seed (None -> global RNG).
         stop_at_eos: False keeps generating after EOS (benchmarks that need a fixed token count).
+
+    Raises ValueError before allocating anything if a prompt id is outside the vocabulary, if prompt
+    + max_new_tokens exceeds the model's max_position_embeddings (stop_at_eos=True), or if the KV cache
+    and buffers would need more than half of the free memory (`rlhf_lab.limits`).
     """
     config = config or SamplingConfig(do_sample=False)
     check_number("num_return_sequences", num_return_sequences, low=1, integer=True)
@@ -149,6 +154,13 @@ def generate(
     if generator is None:
         generator = make_generator(config, device)
     dtype = next(model.parameters()).dtype
+    # Bounds before any allocation: ids the model can embed, a context it was built for (a fixed-length
+    # benchmark may run past it: RoPE extends to any position), and memory the machine has.
+    check_token_ids(prompt_ids, mc.vocab_size)
+    if stop_at_eos:
+        check_positions(mc, P, T_max, "max_new_tokens")
+    check_memory(generation_bytes(mc, B * G, P, T_max, dtype.itemsize), device,
+                 f"generating {B * G} sequences of {P} + {T_max} tokens", "max_new_tokens or the batch")
 
     t0 = time.perf_counter()
     if cache == "paged":

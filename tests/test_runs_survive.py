@@ -1,0 +1,418 @@
+"""Runs that survive: faults injected into real runs, each followed by what a user would do next.
+
+Stops (SIGTERM, a double SIGINT, SIGKILL) hit a CLI run in a subprocess at a random moment of its
+training or wrap-up; `train --resume` must then end with the same history, value for value, as a
+run that never stopped. The comparison leaves out the columns that measure the clock or the
+process (wall/step/rollout/update time, tokens per second, peak resident memory): everything else
+is computed from the saved weights, optimiser moments and RNG states, so on one machine with one
+thread it is reproducible to the last bit, and any state the resume forgot shows up as a
+different number.
+
+The random delay of each stop is printed on failure (pytest -s shows it always).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from rlhf_lab.atomic import FolderInUseError, FolderLock, recover_folder, replace_folder
+from rlhf_lab.checkpoints import CheckpointError, load_checkpoint
+from rlhf_lab.cli import main
+from rlhf_lab.model.hf import from_pretrained, save_pretrained
+from rlhf_lab.rl import Trainer, make_config
+from rlhf_lab.run_state import Checkpointer
+from rlhf_lab.sampling import SamplingConfig, generate
+from rlhf_lab.sft import SFTConfig, SFTTrainer
+from rlhf_lab.tokenizer import default_tokenizer
+
+PROCESS_COLUMNS = ["wall_time", "step_time", "rollout_time", "update_time", "tokens_per_s", "mem_peak_bytes"]
+RUN = ["--steps", "8", "--eval-every", "4", "--save-every", "2", "--set", "prompts_per_step=4",
+       "--set", "eval_examples=10", "--no-progress", "--threads", "1", "--no-plots"]
+SEED = int(os.environ.get("RLHF_LAB_FAULT_SEED", time.time_ns() % 10_000))
+
+
+def comparable(path: Path) -> pd.DataFrame:
+    """history.csv as text (no float parsing), without the clock / process columns."""
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    return frame.drop(columns=[c for c in PROCESS_COLUMNS if c in frame.columns])
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> pd.DataFrame:
+    """The uninterrupted run (in-process: the same CLI code, one thread like the subprocesses)."""
+    out = tmp_path_factory.mktemp("reference") / "run"
+    assert main(["train", "--algo", "grpo", *RUN, "--out", str(out)]) == 0
+    return comparable(out / "history.csv")
+
+
+def launch(out: Path, plots: bool) -> subprocess.Popen:
+    """A CLI run; with plots, its wrap-up (where a second Ctrl-C lands) lasts longer."""
+    args = [a for a in RUN if a != "--no-plots"] if plots else RUN
+    return subprocess.Popen([sys.executable, "-m", "rlhf_lab", "train", "--algo", "grpo", *args, "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120.0) -> None:
+    """Until `path` exists (the run got that far) or the process ended."""
+    end = time.monotonic() + timeout
+    while not path.exists() and process.poll() is None and time.monotonic() < end:
+        time.sleep(0.02)
+
+
+def resume_and_compare(out: Path, reference: pd.DataFrame, what: str) -> None:
+    """Resume, then check that the run continued (the saved rows' wall times, which no rerun could
+    reproduce, are still there) and that it ends as the uninterrupted run did."""
+    state = out / "resume" / "trainer_state.pt"
+    saved = torch.load(state, weights_only=True)["rows"] if state.is_file() else []
+    assert main(["train", "--resume", str(out), "--no-progress", "--threads", "1"]) == 0, what
+    wall_times = [float(text) for text in pd.read_csv(out / "history.csv", dtype=str)["wall_time"]]  # exact parse
+    assert wall_times[: len(saved)] == [row["wall_time"] for row in saved], f"{what}: not continued"
+    pd.testing.assert_frame_equal(comparable(out / "history.csv"), reference, obj=what)
+    leftovers = [p.name for p in out.rglob(".*") if p.name != ".lock"]
+    assert not leftovers, f"{what}: temporary files left behind: {leftovers}"
+
+
+@pytest.mark.parametrize("fault", ["SIGTERM", "double SIGINT", "SIGKILL"])
+def test_a_stopped_cli_run_resumes_to_the_uninterrupted_history(tmp_path, reference, fault):
+    rng = random.Random(f"{SEED}-{fault}")
+    out = tmp_path / "run"
+    process = launch(out, plots=fault == "double SIGINT")
+    if fault == "double SIGINT":  # the second one lands in the wrap-up (saving, evaluating, plotting)
+        wait_for(out / "resume" / "trainer_state.json", process)
+        assert process.poll() is None, "the run ended without saving a resumable state along the way"
+        delay = rng.uniform(0.0, 0.5)
+        time.sleep(delay)
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+    else:  # any moment from the run's start (run.json written) through training and the wrap-up
+        wait_for(out / "run.json", process)
+        assert (out / "run.json").is_file(), "the run never started"
+        delay = rng.uniform(0.0, 2.5)
+        time.sleep(delay)
+        process.send_signal(signal.SIGTERM if fault == "SIGTERM" else signal.SIGKILL)
+    stdout, stderr = process.communicate(timeout=120)
+    what = f"{fault} {delay:.2f} s in (RLHF_LAB_FAULT_SEED={SEED}), exit {process.returncode}"
+    print(what)
+    expected = {"SIGTERM": (0, 130), "double SIGINT": (0, 130), "SIGKILL": (-signal.SIGKILL, 0)}[fault]
+    assert process.returncode in expected, f"{what}\n{stderr[-2000:]}"
+    assert "Traceback" not in stderr, f"{what}\n{stderr[-2000:]}"
+    if process.returncode == 130:  # a clean stop says how to continue
+        assert f"--resume {out}" in stdout + stderr
+    resume_and_compare(out, reference, what)
+
+
+def test_a_ctrl_c_while_importing_exits_cleanly_and_writes_nothing(tmp_path):
+    out = tmp_path / "run"
+    process = launch(out, plots=False)
+    time.sleep(1.0)  # torch is still being imported
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
+    assert not out.exists() or (out / "run.json").exists()  # no folder, or (on a slow start) a resumable run
+
+
+def test_one_writer_per_folder_and_a_killed_writer_leaves_no_stale_lock(tmp_path, capsys):
+    out = tmp_path / "shared"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from rlhf_lab.atomic import FolderLock; "
+                               "FolderLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(60)", str(out)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(SystemExit) as exc:
+            main(["train", "--algo", "grpo", *RUN, "--out", str(out)])
+        assert exc.value.code == 2
+        assert "in use by another run (pid" in capsys.readouterr().err
+        assert sorted(p.name for p in out.iterdir()) == [".lock"]  # the refused run wrote nothing
+    finally:
+        holder.kill()
+        holder.wait()
+    with FolderLock(out):  # the OS released the killed holder's lock
+        with pytest.raises(FolderInUseError):
+            FolderLock(out).acquire()  # ... and a second holder in this process is refused too
+
+
+def test_a_folder_holding_a_run_needs_resume_or_overwrite(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["train", "--algo", "grpo", "--steps", "1", "--eval-every", "0", "--set", "prompts_per_step=2",
+            "--set", "eval_examples=4", "--no-progress", "--no-plots", "--out", str(out)]
+    assert main(args) == 0
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code == 2 and "already holds a run" in capsys.readouterr().err
+    assert main([*args, "--overwrite"]) == 0
+    assert (out / "notes.txt").read_text() == "mine"  # --overwrite deletes the run's files only
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "thesis.tex").write_text("x")
+    for bad_out, message in ((other, "holds no run"), ("", "empty string")):
+        with pytest.raises(SystemExit) as exc:
+            main([*args[:-1], str(bad_out)])
+        assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_an_unwritable_folder_is_refused_before_training(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    targets = [blocker / "run"]  # a path under a file: never writable, even for root
+    if os.geteuid() != 0:  # root ignores permission bits
+        locked = tmp_path / "read_only"
+        locked.mkdir(mode=0o555)
+        targets.append(locked / "run")
+    for out in targets:
+        with pytest.raises(SystemExit) as exc:
+            main(["train", "--algo", "grpo", "--steps", "1", "--no-progress", "--out", str(out)])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and "cannot write to the output folder" in err, err
+        assert "held-out accuracy" not in err
+
+
+def test_compare_refuses_an_algorithm_listed_twice(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", "--algos", "grpo", "grpo", "--steps", "1", "--out", str(tmp_path / "c")])
+    assert exc.value.code == 2 and "more than once" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
+
+
+# ------------------------------------------------------------------------------- resume in-process
+
+
+def tiny(algo: str, **overrides):
+    return make_config(algo, {"steps": 4, "prompts_per_step": 4, "eval_every": 2, "eval_examples": 10, "seed": 5},
+                       **overrides)
+
+
+def drop_process_columns(history: pd.DataFrame) -> pd.DataFrame:
+    return history.drop(columns=[c for c in PROCESS_COLUMNS if c in history.columns]).reset_index(drop=True)
+
+
+@pytest.mark.parametrize("algo, overrides", [("ppo", {"critic": "separate", "adaptive_kl": True, "target_kl": 0.01}),
+                                             ("grpo", {"num_iterations": 2, "num_minibatches": 2})])
+def test_trainer_resume_continues_exactly(tmp_path, algo, overrides):
+    """PPO with its own critic and an adaptive KL weight; GRPO off-policy (stored old log-probs,
+    shuffled minibatches): every piece of state matters to the next step."""
+    straight = Trainer(tiny(algo, **overrides)).train()
+    first = Trainer(tiny(algo, **overrides))
+    first.train(steps=2)
+    first.save_state(tmp_path / "state")
+    second = Trainer(tiny(algo, **overrides)).resume(tmp_path / "state")
+    assert second.step == 2
+    resumed = second.train(steps=2)
+    pd.testing.assert_frame_equal(drop_process_columns(resumed), drop_process_columns(straight))
+    assert len(second.distributions) == len(first.distributions) + 2  # the live plots' data came back too
+
+
+def test_sft_resume_continues_exactly_with_the_same_checkpointer(tmp_path):
+    config = SFTConfig(steps=6, batch_size=8, eval_every=3, eval_examples=10, n_train=100, n_test=20)
+    straight = SFTTrainer(config, default_tokenizer()).train()
+    first = SFTTrainer(config, default_tokenizer(), callbacks=[Checkpointer(tmp_path / "state", every=2)])
+    first.train(steps=3)  # ends on an odd step: the end-of-train save, not the periodic one, holds it
+    second = SFTTrainer(config, default_tokenizer()).resume(tmp_path / "state")
+    resumed = second.train(steps=3)
+    pd.testing.assert_frame_equal(drop_process_columns(resumed), drop_process_columns(straight))
+
+
+def test_a_stop_during_an_evaluation_is_finished_by_the_next_train():
+    class StopDuringEvaluation(SFTTrainer):
+        stop_at: int | None = 3
+
+        def evaluate(self, examples=None):
+            if self.step == self.stop_at:
+                self.stop_at = None
+                raise KeyboardInterrupt
+            return super().evaluate(examples)
+
+    config = SFTConfig(steps=6, batch_size=8, eval_every=3, eval_examples=10, n_train=100, n_test=20)
+    straight = SFTTrainer(config, default_tokenizer()).train()
+    trainer = StopDuringEvaluation(config, default_tokenizer())
+    trainer.train()
+    assert trainer.stop_reason == "interrupted" and trainer.step == 3
+    resumed = trainer.train(steps=3)
+    pd.testing.assert_frame_equal(drop_process_columns(resumed), drop_process_columns(straight))
+
+
+def test_resume_refuses_a_different_run(tmp_path):
+    trainer = Trainer(tiny("grpo"))
+    trainer.train(steps=1)
+    trainer.save_state(tmp_path / "state")
+    with pytest.raises(ValueError, match="learning_rate"):
+        Trainer(tiny("grpo", learning_rate=1e-3)).resume(tmp_path / "state")
+    Trainer(tiny("grpo", steps=9)).resume(tmp_path / "state")  # a longer run of the same settings is fine
+
+
+# ------------------------------------------------------------------------------------- integrity
+
+
+def test_non_finite_weights_after_a_step_stop_training_and_keep_the_last_good_ones():
+    class Diverging(SFTTrainer):  # a step whose loss and gradient were finite but whose update was not
+        def _step(self):
+            row = super()._step()
+            if self.step == 2:
+                with torch.no_grad():
+                    self.model.lm_head.weight.view(-1)[0] = float("nan")
+            return row
+
+    trainer = Diverging(SFTConfig(steps=4, batch_size=8, eval_every=0, n_train=50, n_test=10, eval_examples=10),
+                        default_tokenizer())
+    trainer.train(steps=1)
+    after_one = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    with pytest.warns(RuntimeWarning, match="non-finite weights"):
+        trainer.train(steps=3)
+    assert trainer.stop_reason == "non_finite" and trainer.step == 1 and len(trainer.rows) == 2
+    for name, value in trainer.model.state_dict().items():
+        assert torch.equal(value, after_one[name]), name
+
+
+def test_a_nan_or_negative_learning_rate_set_after_construction_is_refused():
+    trainer = Trainer(tiny("grpo"))
+    for bad in (float("nan"), -1e-3, float("inf")):
+        with pytest.raises(ValueError, match="learning_rate"):
+            trainer.config.learning_rate = bad
+    assert trainer.config.learning_rate == tiny("grpo").learning_rate
+    config = SFTConfig()
+    with pytest.raises(ValueError, match="weight_decay"):
+        config.weight_decay = float("nan")
+
+
+def corrupt(path: Path) -> None:
+    """Overwrite the last 64 bytes (tensor data, not the header) with 0xFF: NaN in float32, same size."""
+    data = bytearray(path.read_bytes())
+    data[-64:] = b"\xff" * 64
+    path.write_bytes(bytes(data))
+
+
+def test_a_corrupted_tensor_is_refused_at_load(tmp_path):
+    model, tokenizer, _ = load_checkpoint("addition_rl_start")
+    folder = save_pretrained(model, tmp_path / "ckpt", tokenizer=tokenizer)
+    size = (folder / "model.safetensors").stat().st_size
+    corrupt(folder / "model.safetensors")
+    assert (folder / "model.safetensors").stat().st_size == size
+    with pytest.raises(CheckpointError, match="checksum"):
+        from_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())  # a checkpoint without checksums (made elsewhere)
+    del config["rlhf_lab"]["sha256"]
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="non-finite"):
+        from_pretrained(folder)
+
+
+def test_a_corrupted_resume_state_is_refused(tmp_path):
+    trainer = Trainer(tiny("grpo"))
+    trainer.train(steps=1)
+    trainer.save_state(tmp_path / "state")
+    corrupt(tmp_path / "state" / "policy.safetensors")
+    fresh = Trainer(tiny("grpo"))
+    with pytest.raises(CheckpointError, match="checksum"):
+        fresh.resume(tmp_path / "state")
+    assert fresh.step == 0  # nothing was half-loaded
+
+
+def test_a_save_killed_between_its_two_renames_is_recovered(tmp_path):
+    model, tokenizer, _ = load_checkpoint("addition_rl_start")
+    folder = save_pretrained(model, tmp_path / "ckpt", tokenizer=tokenizer)
+    dead = 2**22 + 12345  # above Linux's default pid_max (2**22): no live process has it
+    # the kill came after `folder -> .ckpt.old-PID` and before `.ckpt.new-PID -> folder`:
+    os.replace(folder, tmp_path / f".ckpt.old-{dead}")
+    (tmp_path / f".ckpt.tmp-{dead}-x1").mkdir()  # and a half-written copy of another killed save
+    reloaded, _, _ = load_checkpoint(folder)  # recovers instead of failing
+    assert torch.equal(reloaded.lm_head.weight, model.lm_head.weight)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+    # when the complete new copy exists, it wins over the old one
+    save_pretrained(model, tmp_path / "ckpt2", tokenizer=tokenizer)
+    os.replace(folder, tmp_path / f".ckpt.old-{dead}")
+    os.replace(tmp_path / "ckpt2", tmp_path / f".ckpt.new-{dead}")
+    (tmp_path / f".ckpt.new-{dead}" / "marker").write_text("new")
+    assert recover_folder(folder) and (folder / "marker").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_an_interrupted_save_keeps_the_previous_folder(tmp_path):
+    replace_folder(tmp_path / "f", lambda tmp: (tmp / "a").write_text("old"))
+
+    def interrupted(tmp):
+        (tmp / "a").write_text("new")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        replace_folder(tmp_path / "f", interrupted)
+    assert (tmp_path / "f" / "a").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+# -------------------------------------------------------------------------------- bounded inputs
+
+
+@pytest.fixture(scope="module")
+def lab_model():
+    model, tokenizer, _ = load_checkpoint("addition_rl_start")
+    return model, tokenizer
+
+
+def test_oversized_generations_are_refused_before_any_allocation(lab_model, monkeypatch):
+    generate_module = importlib.import_module("rlhf_lab.sampling.generate")  # the module, not the function
+    model, tokenizer = lab_model
+
+    def no_allocation(*args, **kwargs):
+        raise AssertionError("generate allocated its cache before refusing the request")
+
+    monkeypatch.setattr(generate_module, "make_cache", no_allocation)
+    prompts = ["123+456="] * 16
+    with pytest.raises(ValueError, match="max_new_tokens must be <= 119"):  # 128 positions - 9 prompt tokens
+        generate(model, prompts, SamplingConfig(max_new_tokens=10**6), tokenizer=tokenizer, num_return_sequences=8)
+    with pytest.raises(ValueError, match="GiB"):  # a fixed-length run may pass 128 positions, not the RAM
+        generate(model, prompts, SamplingConfig(max_new_tokens=10**9), tokenizer=tokenizer, num_return_sequences=8,
+                 stop_at_eos=False)
+    with pytest.raises(ValueError, match="outside the model's vocabulary"):
+        generate(model, [[1, 5, 999]], SamplingConfig(max_new_tokens=2))
+
+
+def test_oversized_rollouts_are_refused_at_construction(tmp_path, capsys):
+    with pytest.raises(ValueError, match="max_completion_length must be <= "):
+        Trainer(make_config("grpo", max_completion_length=10**6))
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--algo", "grpo", "--set", "max_completion_length=1000000", "--out", str(tmp_path / "run")])
+    assert exc.value.code == 2 and "max_completion_length" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # a refused run leaves no folder behind
+
+
+@pytest.mark.parametrize("careless, message", [
+    (lambda: make_config("grpo", learnig_rate=1e-4), "unknown GRPOConfig field 'learnig_rate'; did you mean 'learning_rate'"),
+    (lambda: make_config("grpo", task_params=3), "task_params must be a dict"),
+    (lambda: make_config("grpo", eval_examples=10**6, n_test=20), r"eval_examples \(1000000\) must be <= n_test \(20\)"),
+    (lambda: SFTConfig(learning_rate=float("inf")), "learning_rate must be a number, got inf"),
+    (lambda: setattr(SamplingConfig(), "max_new_tokens", 0), "max_new_tokens must satisfy 1 <= max_new_tokens"),
+], ids=["unknown field", "task_params", "eval_examples", "sft lr inf", "assigned max_new_tokens"])
+def test_careless_settings_get_an_error_naming_the_field(careless, message):
+    with pytest.raises(ValueError, match=message):
+        careless()
+
+
+def test_careless_checkpoints_and_tokenizers_get_clear_errors(tmp_path, lab_model):
+    model, tokenizer = lab_model
+    folder = save_pretrained(model, tmp_path / "ckpt", tokenizer=tokenizer)
+    config_text = (folder / "config.json").read_text()
+    for text, message in (("[1, 2]", "must hold a JSON object"), ('{"hidden_size": 64}', "lacks .*vocab_size")):
+        (folder / "config.json").write_text(text)
+        with pytest.raises(CheckpointError, match=message):
+            load_checkpoint(folder)
+    (folder / "config.json").write_text(config_text)
+    (folder / "tokenizer.json").unlink()
+    with pytest.raises(CheckpointError, match="no tokenizer.json"):
+        load_checkpoint(folder)
+    assert load_checkpoint(folder, default_tokenizer=True)[1] is not None  # unless the caller asks for the default
+    wide = type(tokenizer)("0123456789+=:;,abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    with pytest.raises(ValueError, match=f"the tokenizer has {len(wide)} tokens but the model's vocab_size is"):
+        Trainer(tiny("grpo"), model=load_checkpoint("addition_rl_start")[0], tokenizer=wide)
