@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pandas as pd
 import pytest
 
 from rlhf_lab.loop import TrainingLoop
@@ -24,18 +23,8 @@ class CountingLoop(TrainingLoop):
 
     def __init__(self, config: LoopConfig, interrupt_at: int | None = None):
         self.config = config
-        self.rows: list[dict] = []
-        self.callbacks: list = []
-        self.train_time = 0.0
+        self.init_loop()
         self.interrupt_at = interrupt_at
-
-    @property
-    def step(self) -> int:
-        return len(self.rows) - 1 if self.rows else 0
-
-    @property
-    def history(self) -> pd.DataFrame:
-        return pd.DataFrame(self.rows)
 
     def evaluate(self) -> float:
         return 0.0
@@ -50,8 +39,9 @@ class CountingLoop(TrainingLoop):
         if self.step + 1 == self.interrupt_at:
             self.interrupt_at = None  # the learner presses Stop once
             raise KeyboardInterrupt
+        self.step += 1
         self.train_time += 1.0
-        return {"step": self.step + 1, "wall_time": self.train_time}
+        return {"step": self.step, "wall_time": self.train_time}
 
 
 def run_cell(namespace: dict, config: LoopConfig, interrupt_at: int | None = None) -> None:

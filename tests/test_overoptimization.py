@@ -123,7 +123,7 @@ def test_fit_rejects_bad_input():
 @pytest.fixture(scope="module")
 def trainer():
     config = make_config("grpo", prompts_per_step=4, num_generations=4, steps=2, eval_every=0,
-                         n_train=64, n_test=16, learning_rate=1e-3)
+                         n_train=64, n_test=16, eval_examples=16, learning_rate=1e-3)
     return Trainer(config, reward_fn=partial_credit_reward)
 
 
@@ -171,7 +171,7 @@ def test_tracker_and_timer_record_through_the_public_pipeline():
     tracker = RewardTracker(gold=correctness_reward, num_prompts=4, num_generations=2, every=1)
     breakdown = StepTimeBreakdown(timed)
     config = make_config("grpo", prompts_per_step=4, num_generations=4, steps=2, eval_every=0,
-                         n_train=64, n_test=16, learning_rate=3e-3)
+                         n_train=64, n_test=16, eval_examples=16, learning_rate=3e-3)
     trainer = Trainer(config, reward_fn=timed, callbacks=[tracker, breakdown])
     trainer.train()
     history = tracker.history
@@ -202,7 +202,7 @@ def test_gold_early_stopping_stops_and_restores_the_best_weights():
             return super().measure(trainer)
 
     config = make_config("grpo", prompts_per_step=4, num_generations=4, steps=20, eval_every=0,
-                         n_train=64, n_test=16, learning_rate=3e-3)
+                         n_train=64, n_test=16, eval_examples=16, learning_rate=3e-3)
     trainer = Trainer(config, reward_fn=partial_credit_reward)
     start = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
     stopper = CountingStop(gold=falling_gold, examples=trainer.test_examples[-4:], patience=2,
