@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
@@ -185,6 +186,17 @@ def test_online_pairs_are_sampled_and_ordered_by_the_judge():
     assert (batch.rewards[:B] > batch.rewards[B:]).all()
     history = trainer.train(steps=2)
     assert trainer.step == 2 and history["pairs"].iloc[-1] >= 0
+
+
+def test_resume_continues_exactly(tmp_path):
+    """DPO saves and resumes like the other trainers: 2 + 2 resumed steps give the 4-step history."""
+    drop = ["wall_time", "step_time"]
+    straight = tiny_trainer(steps=4, eval_every=2).train().drop(columns=drop, errors="ignore")
+    first = tiny_trainer(steps=4, eval_every=2)
+    first.train(steps=2)
+    first.save_state(tmp_path / "state")
+    resumed = tiny_trainer(steps=4, eval_every=2).resume(tmp_path / "state").train(steps=2)
+    pd.testing.assert_frame_equal(resumed.drop(columns=drop, errors="ignore"), straight)
 
 
 def test_trainer_needs_pairs_offline():

@@ -372,7 +372,8 @@ def test_oversized_generations_are_refused_before_any_allocation(lab_model, monk
     prompts = ["123+456="] * 16
     with pytest.raises(ValueError, match="max_new_tokens must be <= 119"):  # 128 positions - 9 prompt tokens
         generate(model, prompts, SamplingConfig(max_new_tokens=10**6), tokenizer=tokenizer, num_return_sequences=8)
-    with pytest.raises(ValueError, match="GiB"):  # a fixed-length run may pass 128 positions, not the RAM
+    # A fixed-length run may pass 128 positions (said out loud), not the RAM.
+    with pytest.warns(UserWarning, match="past max_position_embeddings=128"), pytest.raises(ValueError, match="GiB"):
         generate(model, prompts, SamplingConfig(max_new_tokens=10**9), tokenizer=tokenizer, num_return_sequences=8,
                  stop_at_eos=False)
     with pytest.raises(ValueError, match="outside the model's vocabulary"):

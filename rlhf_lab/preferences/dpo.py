@@ -423,6 +423,14 @@ class DPOTrainer(TrainingLoop):
         pairs = samples.select(torch.cat([chosen, rejected]))
         return pairs, self.reference_logprobs(pairs)
 
+    # what `save_state` / `resume` keep (pi_ref and its log-probs are rebuilt from the same config), and
+    # the weights checked for NaN after every step
+    def state_modules(self) -> dict[str, torch.nn.Module]:
+        return {"policy": self.model}
+
+    def state_generators(self) -> dict[str, torch.Generator]:
+        return {"batch": self.batch_generator, "sample": self.sample_generator}
+
     def _snapshot(self):
         return (clone_state(self.model.state_dict()), optimizer_snapshot(self.optimizer),
                 self.batch_generator.get_state(), self.sample_generator.get_state())

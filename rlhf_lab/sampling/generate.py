@@ -12,6 +12,7 @@ under the distribution it was drawn from (after temperature and filters): the ro
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -159,6 +160,10 @@ def generate(
     check_token_ids(prompt_ids, mc.vocab_size)
     if stop_at_eos:
         check_positions(mc, P, T_max, "max_new_tokens")
+    elif P + T_max > mc.max_position_embeddings:
+        warnings.warn(f"generating {P} prompt + {T_max} new positions, past max_position_embeddings="
+                      f"{mc.max_position_embeddings}: RoPE extends to them, but the model never saw them in "
+                      "training (fine for a fixed-length benchmark, not for answers)", stacklevel=2)
     check_memory(generation_bytes(mc, B * G, P, T_max, dtype.itemsize), device,
                  f"generating {B * G} sequences of {P} + {T_max} tokens", "max_new_tokens or the batch")
 
