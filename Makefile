@@ -43,9 +43,11 @@ bench: $(STAMP)
 
 data: $(STAMP)
 	$(BIN)/python -m rlhf_lab data
+	$(BIN)/python -c "from rlhf_lab.preferences import write_preference_data; write_preference_data()"
 
 checkpoints: $(STAMP)
 	$(BIN)/python -m rlhf_lab sft --preset all
+	$(BIN)/python -c "from rlhf_lab.preferences import build_shipped_reward_models; build_shipped_reward_models()"
 
 lint: $(STAMP)
 	$(BIN)/ruff check rlhf_lab tests bench
