@@ -83,6 +83,9 @@ def test_stop_if_interrupted_lets_finished_runs_pass():
     for reason in ("steps", "time_budget", "non_finite", "stop_at_accuracy"):
         loop = CountingLoop(LoopConfig())
         loop.stop_reason = reason
+        stop_if_interrupted(loop)  # raises nothing: only Stop ends Run All
+    loop.stop_reason = "interrupted"
+    with pytest.raises(TrainingStopped):
         stop_if_interrupted(loop)
 
 

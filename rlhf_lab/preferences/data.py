@@ -30,7 +30,7 @@ import torch
 
 from ..sampling import SamplingConfig, generate
 from ..tasks import get_task
-from ..tasks.jsonl import SPLIT_N_TRAIN
+from ..tasks.jsonl import SPLIT_N_TRAIN, read_records
 from ..validation import check_choice, check_number
 from .annotators import DEFAULT_ANNOTATORS, Annotator
 from .gold import gold_reward
@@ -263,16 +263,7 @@ def save_preferences(path: str | os.PathLike, pairs: Iterable[PreferencePair]) -
 
 def read_preferences(path: str | os.PathLike) -> list[PreferencePair]:
     """Read a file written by `save_preferences`; a malformed line raises ValueError naming it."""
-    pairs = []
-    with Path(path).open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                pairs.append(PreferencePair.from_json(line))
-            except (json.JSONDecodeError, TypeError) as exc:
-                raise ValueError(f"{path}:{number}: not a preference pair ({exc})") from exc
-    return pairs
+    return read_records(path, PreferencePair.from_json, "a preference pair")
 
 
 def load_preferences(split: str = "train", folder: str | os.PathLike = PREFERENCE_DIR) -> list[PreferencePair]:

@@ -176,7 +176,9 @@ def sampled_kl(policy, ref_model, tokenizer, task, examples: Sequence, num_gener
                temperature: float = 1.0, max_new_tokens: int | None = None, seed: int = 0) -> torch.Tensor:
     """KL(pi || pi_ref) per prompt, (len(examples),) in nats per completion: the mean over
     `num_generations` samples y ~ pi of log pi(y|x) - log pi_ref(y|x) (the k1 estimator, unbiased;
-    a single value can be negative). How far DPO moved the policy, the quantity beta prices."""
+    a single value can be negative). How far DPO moved the policy, the quantity beta prices.
+    `overoptimization.sequence_kl` estimates the same KL with lower variance (exact per-token sums);
+    this k1 form is kept because notebook 12's committed numbers were measured with it."""
     sampling = SamplingConfig(do_sample=True, temperature=temperature,
                               max_new_tokens=max_new_tokens or completion_budget(examples))
     was_training = policy.training

@@ -497,7 +497,9 @@ class RewardSum:
     """A reward designed from parts (interview Q24): sum_k weight_k * part_k(prompt, completion, answer,
     finished), each part a per-completion callable or a reward model with `score_batch` (scored in
     one batch). `rl.Trainer(config, reward_fn=RewardSum({"preference": (rm, 1.0), "length": (rule, -0.1)}))`.
-    The KL regulariser is not a part: the algorithm adds it (PPO in the reward, GRPO in the loss)."""
+    The KL regulariser is not a part: the algorithm adds it (PPO in the reward, GRPO in the loss).
+    For rules only (per-completion functions) `rlhf_lab.tasks.rewards.WeightedReward` is the same sum;
+    this one exists because a reward model must be scored in one batch."""
 
     def __init__(self, parts: dict) -> None:
         if not parts:

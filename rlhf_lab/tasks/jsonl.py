@@ -51,21 +51,29 @@ def write_jsonl(path: str | Path, examples: Iterable[Example]) -> Path:
     return path
 
 
-def load_jsonl(path: str | Path) -> list[Example]:
-    """Read a file written by `write_jsonl`; raises ValueError naming the line of a malformed record."""
-    examples = []
+def read_records(path: str | Path, parse, what: str) -> list:
+    """`parse(line)` for every non-blank line of a JSON Lines file; a line that fails to parse raises
+    ValueError naming the file, the line number and `what` it should have been."""
+    records = []
     with Path(path).open(encoding="utf-8") as f:
         for line_number, line in enumerate(f, start=1):
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
-                examples.append(
-                    Example(prompt=record["prompt"], answer=record["answer"], completion=record["completion"])
-                )
+                records.append(parse(line))
             except (json.JSONDecodeError, KeyError, TypeError) as error:
-                raise ValueError(f"{path}:{line_number}: not an Example record ({error!r})") from error
-    return examples
+                raise ValueError(f"{path}:{line_number}: not {what} ({error!r})") from error
+    return records
+
+
+def _example_from_json(line: str) -> Example:
+    record = json.loads(line)
+    return Example(prompt=record["prompt"], answer=record["answer"], completion=record["completion"])
+
+
+def load_jsonl(path: str | Path) -> list[Example]:
+    """Read a file written by `write_jsonl`; raises ValueError naming the line of a malformed record."""
+    return read_records(path, _example_from_json, "an Example record")
 
 
 def write_datasets(
