@@ -42,6 +42,7 @@ class RLConfig(Validated):
     num_minibatches: int = 1  # minibatches per pass; > 1 makes later minibatches off-policy
     epsilon: float = 0.2  # clip range (lower)
     epsilon_high: float | None = None  # clip range (upper); None -> epsilon
+    routing_replay: bool = False  # MoE policy: compute pi_theta with pi_old's experts (GSPO paper, section 5)
     # --- schedule and bookkeeping
     steps: int = 200
     time_budget: float | None = None  # seconds of training wall time (evaluation excluded)
@@ -81,6 +82,7 @@ class RLConfig(Validated):
         check_number("weight_decay", self.weight_decay, low=0)
         check_number("max_grad_norm", self.max_grad_norm, low=0, low_open=True)
         check_bool("keep_distributions", self.keep_distributions)
+        check_bool("routing_replay", self.routing_replay)
         check_optional(check_bool, "bf16", self.bf16)
         check_optional(check_choice, "attn_implementation", self.attn_implementation, ("eager", "sdpa"))
         for name in ("gradient_checkpointing", "offload_reference"):

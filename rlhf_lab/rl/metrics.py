@@ -87,6 +87,7 @@ class UpdateStats:
         self.entropies: list[float] = []
         self.kls: list[dict] = []
         self.explained: list[float] = []
+        self.extra: dict = {}  # more columns (rlhf_lab.rl.routing.RoutingStats)
 
     def add(self, info, mask: torch.Tensor, grad_norm: float, keep: bool) -> None:
         """One minibatch's loss report (LossInfo), its completion mask and its gradient norm."""
@@ -140,6 +141,7 @@ class UpdateStats:
             "kl_k1": mean([k["kl_k1"] for k in self.kls]),
             "kl_k3": mean([k["kl_k3"] for k in self.kls]),
             "explained_variance": mean(self.explained),
+            **self.extra,
         }
 
 

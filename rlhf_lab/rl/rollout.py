@@ -45,6 +45,8 @@ class Rollout:
     returns: torch.Tensor | None = None  # (N, T) value targets (PPO)
     token_rewards: torch.Tensor | None = None  # (N, T) PPO's per-token reward (-kl_coef * kl + score)
     greedy_rewards: torch.Tensor | None = None  # (prompts,) ReMax's baseline: reward of the greedy answer
+    # MoE policy: pi_old's experts, one (N, P + T - 1, k) long tensor per MoE layer (routing replay, routing.py)
+    old_expert_indices: tuple[torch.Tensor, ...] | None = None
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
@@ -70,6 +72,8 @@ class Rollout:
                 value = value[rows]
             elif isinstance(value, list) and len(value) == len(self):
                 value = [value[i] for i in rows.tolist()]
+            elif isinstance(value, tuple):  # one tensor per MoE layer
+                value = tuple(v[rows] for v in value)
             out[f.name] = value
         return Rollout(**out)
 
@@ -240,28 +244,45 @@ class PolicyOutput:
     logprobs: torch.Tensor  # (N, T) float32 log pi(token) at temperature
     entropy: torch.Tensor | None  # (N, T) float32 entropy of pi(. | prefix), detached
     values: torch.Tensor | None  # (N, T) V(s_t): the value of the state before token t
+    # MoE policy only (None for a dense one), the model's outputs at all N x (P + T - 1) positions:
+    router_logits: tuple[torch.Tensor, ...] | None = None  # per MoE layer (N, P + T - 1, E) float32
+    expert_indices: tuple[torch.Tensor, ...] | None = None  # per MoE layer (N, P + T - 1, k) long: experts used
+    aux_loss: torch.Tensor | None = None  # scalar: router_aux_loss_coef * balance + router_z_loss_coef * z
 
 
-def completion_logits(model, rollout: Rollout, temperature: float = 1.0):
+def rollout_forward(model, rollout: Rollout, expert_indices: tuple[torch.Tensor, ...] | None = None):
+    """The model's output (ModelOutput) on prompt + completion minus the last token, teacher-forced.
+    expert_indices: an MoE model uses these experts (routing replay, rlhf_lab.rl.routing)."""
+    replay = {} if expert_indices is None else {"expert_indices": expert_indices}
+    return model(rollout.input_ids[:, :-1], attention_mask=rollout.attention_mask[:, :-1], **replay)
+
+
+def completion_logits(model, rollout: Rollout, temperature: float = 1.0, output=None):
     """(logits (N, T, V) float32 / temperature, values (N, T) or None) at the completion positions.
 
     The logit at position P-1+t predicts completion token t, so we keep positions P-1 .. P+T-2 and
-    divide by the sampling temperature (the distribution the tokens were drawn from)."""
+    divide by the sampling temperature (the distribution the tokens were drawn from).
+    output: a `rollout_forward` already run (default: run it now)."""
     P, T = rollout.prompt_width, rollout.completion_ids.shape[1]
-    out = model(rollout.input_ids[:, :-1], attention_mask=rollout.attention_mask[:, :-1])
+    out = rollout_forward(model, rollout) if output is None else output
     logits = out.logits[:, P - 1 : P - 1 + T].float() / temperature  # (N, T, V)
     values = out.values[:, P - 1 : P - 1 + T] if out.values is not None else None
     return logits, values
 
 
 def policy_forward(model, rollout: Rollout, temperature: float = 1.0, with_entropy: bool = False,
-                   with_values: bool = False) -> PolicyOutput:
+                   with_values: bool = False, expert_indices: tuple[torch.Tensor, ...] | None = None) -> PolicyOutput:
     """Log-probs (and optionally entropy, values) of the rollout's completion tokens under `model`:
-    a float32 log-softmax of `completion_logits` at the chosen ids."""
-    logits, values = completion_logits(model, rollout, temperature)
+    a float32 log-softmax of `completion_logits` at the chosen ids. An MoE model also returns its
+    router outputs; `expert_indices` replays given experts (rlhf_lab.rl.routing)."""
+    out = rollout_forward(model, rollout, expert_indices)
+    logits, values = completion_logits(model, rollout, temperature, output=out)
     logprobs = selective_log_softmax(logits, rollout.completion_ids)
     entropy = entropy_from_logits(logits.detach()) if with_entropy else None
-    return PolicyOutput(logprobs=logprobs, entropy=entropy, values=values if with_values else None)
+    return PolicyOutput(logprobs=logprobs, entropy=entropy, values=values if with_values else None,
+                        router_logits=getattr(out, "router_logits", None),
+                        expert_indices=getattr(out, "expert_indices", None),
+                        aux_loss=getattr(out, "aux_loss", None))
 
 
 def next_token_logprobs(model, rollout: Rollout, temperature: float = 1.0, dtype: torch.dtype = torch.float32):

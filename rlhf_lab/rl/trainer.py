@@ -61,6 +61,7 @@ from .metrics import (
     reward_stats,
 )
 from .rollout import PolicyOutput, Rollout, RolloutSampler, policy_forward
+from .routing import RoutingStats, check_routing_replay, is_moe
 
 __all__ = ["Callback", "LossAndGradient", "NonFiniteLossError", "StepDistributions", "Trainer"]
 
@@ -112,6 +113,7 @@ class Trainer(TrainingLoop):
             model.set_attn_implementation(config.attn_implementation)
         model.gradient_checkpointing_enable(config.gradient_checkpointing)
         self.policy = model.to(self.device)
+        check_routing_replay(config, self.policy)
         if config.lora_r:  # the reference is the base itself: the policy with its adapters disabled
             self.policy = add_lora(self.policy, config.lora_r, config.lora_alpha)
             self.ref_model = None
@@ -255,11 +257,13 @@ class Trainer(TrainingLoop):
             T = self.config.temperature
             with self.autocast():
                 rollout.ref_logprobs = self.reference_logprobs(rollout)
-                if self.algorithm.needs_old_logprobs or self.critic is self.policy:
+                moe = is_moe(self.policy)  # pi_old's experts: for routing replay and the routing metrics
+                if self.algorithm.needs_old_logprobs or self.critic is self.policy or moe:
                     old = policy_forward(self.policy, rollout, T, with_values=self.critic is self.policy)
                     if self.algorithm.needs_old_logprobs:
                         rollout.old_logprobs = old.logprobs
                     rollout.old_values = old.values
+                    rollout.old_expert_indices = old.expert_indices
                 if self.critic is not None and self.critic is not self.policy:
                     rollout.old_values = policy_forward(self.critic, rollout, T, with_values=True).values
         finally:
@@ -269,8 +273,10 @@ class Trainer(TrainingLoop):
     def policy_outputs(self, minibatch: Rollout, with_entropy: bool = False) -> PolicyOutput:
         """Log pi(token) under the weights being trained (with gradient), and V(s_t) from the critic."""
         T, shared = self.config.temperature, self.critic is self.policy
+        replay = minibatch.old_expert_indices if self.config.routing_replay else None  # pi_old's experts
         with self.autocast():
-            out = policy_forward(self.policy, minibatch, T, with_entropy=with_entropy, with_values=shared)
+            out = policy_forward(self.policy, minibatch, T, with_entropy=with_entropy, with_values=shared,
+                                 expert_indices=replay)
             if self.critic is not None and not shared:
                 out.values = policy_forward(self.critic, minibatch, T, with_values=True).values
         return out
@@ -284,6 +290,8 @@ class Trainer(TrainingLoop):
         if minibatch.old_logprobs is None:  # on-policy: old = new.detach(), the ratio is exactly 1
             minibatch.old_logprobs = policy.logprobs.detach()
         loss, info = self.algorithm.loss(minibatch, policy)
+        if policy.aux_loss is not None:  # MoE: the router's load-balancing (+ z) loss, already weighted
+            loss = loss + policy.aux_loss
         if not torch.isfinite(loss):
             raise NonFiniteLossError(f"non-finite loss ({loss.item()}) at step {step}; training stopped "
                                      f"and the weights were kept from step {step - 1}")
@@ -300,7 +308,7 @@ class Trainer(TrainingLoop):
         """Phase 3: `num_iterations` passes over the rollout, each in `num_minibatches` shuffled
         minibatches, one `minibatch_step` each. rollout.advantages must be filled (phase 2)."""
         c = self.config
-        stats = UpdateStats()
+        stats, routing = UpdateStats(), RoutingStats()
         N = len(rollout)
         size = N // c.num_minibatches
         for iteration in range(c.num_iterations):
@@ -311,12 +319,18 @@ class Trainer(TrainingLoop):
                 info, grad_norm, policy = self.minibatch_step(minibatch, with_entropy=first_pass)
                 mask = minibatch.completion_mask
                 stats.add(info, mask, grad_norm, keep=c.keep_distributions)
+                routing.add(info, minibatch, policy, updates_before=iteration * c.num_minibatches + k)
                 if first_pass:  # where the sampling policy stands: entropy, KL to the reference, critic fit
                     explained = None
                     if minibatch.returns is not None and policy.values is not None:
                         explained = float(explained_variance(policy.values.detach(), minibatch.returns, mask))
                     stats.add_first_pass(policy.entropy, minibatch.old_logprobs, minibatch.ref_logprobs, mask,
                                          explained)
+        if rollout.old_expert_indices is not None:  # the same tokens, re-routed by the updated weights
+            with torch.no_grad(), self.autocast():
+                after = policy_forward(self.policy, rollout, c.temperature)
+            routing.add_after_update(after, rollout, self.policy.config.num_local_experts)
+        stats.extra.update(routing.metrics())
         return stats
 
     def loss_and_gradient(self, minibatch: Rollout, algorithm: Algorithm | None = None,

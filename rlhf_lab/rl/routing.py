@@ -1,0 +1,203 @@
+"""Mixture of experts in RL: how routing moves under updates, and routing replay.
+
+GSPO's MoE argument (Zheng et al. 2025, arXiv 2507.18071, section 5): in an MoE policy each token's
+log-probability depends on which top-k experts its router picks. After a gradient update the router
+picks differently for some tokens (about 10% of the activated experts for Qwen3-30B-A3B-Base), so
+
+    r_t = pi_theta(y_t) / pi_old(y_t)
+
+compares two different sub-networks for those tokens and can swing far from 1. GRPO then needed
+*routing replay*: compute pi_theta with the experts pi_old chose (`expert_indices` of the model's
+forward), so that the ratio measures only the weight change. GSPO's ratio s_i is a length-normalised
+product over the whole sequence, where single-token swings average out, so it needs no replay.
+
+What this module gives the trainer (rlhf_lab.rl.trainer calls it; nothing here names an algorithm):
+
+    is_moe(model)                             does the model route tokens to experts?
+    check_routing_replay(config, model)       RLConfig.routing_replay needs an MoE policy
+    routed_experts(router_logits, top_k)      the experts the router would pick now, per layer (B, L, k)
+    routing_change(before, after, mask)       fraction of tokens whose expert set differs
+    expert_load(expert_indices, E, mask)      fraction of token slots each expert receives, (layers, E)
+    RoutingStats                              one step's metrics: ratio spread, sequence-level clipping,
+                                              KL(pi_old || pi_theta), and for an MoE policy routing change
+                                              and expert load (columns of Trainer.history)
+
+Positions: the model reads prompt + completion minus its last token, L = P + T - 1 positions; the
+state at position P - 1 + t predicts completion token t. Routing metrics count those T positions
+(masked by the completion mask): the tokens whose log-probs enter the loss.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..validation import check_bool
+from .losses import masked_mean
+
+__all__ = ["RoutingStats", "check_routing_replay", "completion_positions", "expert_load", "is_moe",
+           "routed_experts", "routing_change"]
+
+
+def is_moe(model) -> bool:
+    """True when the model's layers are mixtures of experts (ModelConfig.num_local_experts > 0)."""
+    config = getattr(model, "config", None)
+    return bool(getattr(config, "num_local_experts", 0))
+
+
+def check_routing_replay(config, model) -> None:
+    """RLConfig.routing_replay replays pi_old's expert choices: it needs a model that has experts."""
+    check_bool("routing_replay", config.routing_replay)
+    if config.routing_replay and not is_moe(model):
+        raise ValueError("routing_replay=True needs a mixture-of-experts policy (num_local_experts > 0), "
+                         f"got a dense {type(model).__name__}; allowed: routing_replay=False for a dense model")
+
+
+def completion_positions(per_position: torch.Tensor, prompt_width: int, completion_width: int) -> torch.Tensor:
+    """(N, P + T - 1, ...) per model position -> (N, T, ...) at the positions predicting completion tokens."""
+    return per_position[:, prompt_width - 1 : prompt_width - 1 + completion_width]
+
+
+def routed_experts(router_logits: tuple[torch.Tensor, ...], top_k: int) -> tuple[torch.Tensor, ...]:
+    """The experts the router picks now: top-k of each layer's logits (B, L, E) -> (B, L, k) long.
+
+    Softmax is monotonic, so the top-k of the logits are the top-k of the routing probabilities."""
+    return tuple(logits.topk(top_k, dim=-1).indices for logits in router_logits)
+
+
+def _kept_slots(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+    """(..., k) bool: expert before[..., j] is still among the k experts of `after` (order ignored)."""
+    return (before[..., :, None] == after[..., None, :]).any(-1)
+
+
+def routing_change(before: tuple[torch.Tensor, ...], after: tuple[torch.Tensor, ...], mask: torch.Tensor) -> dict:
+    """How much routing moved between two forwards of the same tokens.
+
+    before, after: one (N, T, k) long tensor per MoE layer (expert ids; the order within k is ignored);
+    mask: (N, T), 1 = a token to count.
+    Returns
+        token:   fraction of (token, layer) pairs whose SET of k experts differs (the issue's number)
+        expert:  fraction of activated (token, layer, slot) experts that are no longer activated
+                 (GSPO's phrasing: "about 10% of the experts activated ... change")
+        layers:  list, `token` per layer
+    """
+    m = mask.bool()
+    per_layer, dropped, slots = [], 0.0, 0.0
+    for old, new in zip(before, after):
+        kept = _kept_slots(old, new)  # (N, T, k)
+        per_layer.append(masked_mean((~kept).any(-1).float(), m).item())
+        dropped += (~kept)[m].sum().item()
+        slots += m.sum().item() * old.shape[-1]
+    return {"token": sum(per_layer) / max(len(per_layer), 1), "expert": dropped / max(slots, 1.0),
+            "layers": per_layer}
+
+
+def expert_load(expert_indices: tuple[torch.Tensor, ...], num_experts: int, mask: torch.Tensor) -> torch.Tensor:
+    """(layers, E) fraction of the token slots routed to each expert (each row sums to 1).
+
+    expert_indices: one (N, T, k) long tensor per layer; mask (N, T). Balanced routing is 1/E each:
+    this is f_e of the Switch load-balancing loss, aux = E * sum_e f_e P_e."""
+    m = mask.bool()
+    rows = []
+    for indices in expert_indices:
+        chosen = indices[m].flatten()  # (tokens * k,)
+        counts = torch.bincount(chosen, minlength=num_experts).float()
+        rows.append(counts / counts.sum().clamp(min=1.0))
+    return torch.stack(rows)
+
+
+class RoutingStats:
+    """One RL step's diagnostics beyond UpdateStats, accumulated over its minibatches.
+
+    Any policy:
+        ratio_dev_std, ratio_dev_max   spread of the token ratios: std and max of |r_t - 1|
+        seq_ratio_dev_max              max |s_i - 1| of the sequence ratios (GSPO's s_i)
+        seq_clip_frac                  fraction of completions with at least one clipped token
+                                       (GSPO clips whole sequences: its seq and token fractions agree)
+        kl_old                         mean k3 estimate of KL(pi_old || pi_theta) at the update's forwards
+    An MoE policy (the rollout carries pi_old's expert choices), GSPO's section 5 measured:
+        routing_change                 after all of the step's updates: fraction of (completion token,
+                                       layer) whose expert set differs from pi_old's (a fresh forward)
+        expert_change                  the same as a fraction of activated experts
+        routing_change_one_update      after exactly one optimiser step (the second minibatch's
+                                       forward; NaN with one minibatch)
+        routing_change_l{i}            routing_change of layer i
+        expert_load_max                max over layers and experts of E * load (1 = balanced)
+        expert_load_l{i}_e{j}          fraction of layer i's token slots given to expert j under pi_old
+        aux_loss                       the router's auxiliary loss the update added (mean over minibatches)
+    """
+
+    def __init__(self) -> None:
+        self.tokens = 0.0
+        self.dev_sum = 0.0
+        self.dev_sq = 0.0
+        self.dev_max = 0.0
+        self.seq_dev_max = 0.0
+        self.sequences = 0
+        self.clipped_sequences = 0
+        self.kl_old: list[float] = []
+        self.aux: list[float] = []
+        self.one_update: float = math.nan
+        self.routing: dict = {}
+
+    def add(self, info, minibatch, policy, updates_before: int) -> None:
+        """One minibatch: its LossInfo, the Rollout slice, the PolicyOutput of its forward, and how many
+        optimiser steps the weights had taken since the rollout when that forward ran."""
+        m = minibatch.completion_mask.bool()
+        deviation = (info.token_ratio[m] - 1).double()
+        self.tokens += deviation.numel()
+        self.dev_sum += deviation.sum().item()
+        self.dev_sq += (deviation**2).sum().item()
+        if deviation.numel():
+            self.dev_max = max(self.dev_max, deviation.abs().max().item())
+        self.seq_dev_max = max(self.seq_dev_max, (info.sequence_ratio - 1).abs().max().item())
+        clipped = ((info.clipped_low | info.clipped_high) & m).any(-1)
+        self.sequences += len(clipped)
+        self.clipped_sequences += int(clipped.sum())
+        log_ratio = (minibatch.old_logprobs - policy.logprobs.detach()).float()  # log pi_old - log pi
+        self.kl_old.append(masked_mean(torch.expm1(-log_ratio) + log_ratio, m).item())  # k3
+        if policy.aux_loss is not None:
+            self.aux.append(float(policy.aux_loss))
+        if updates_before == 1 and minibatch.old_expert_indices is not None and policy.router_logits is not None:
+            now = self.completion_routing(policy.router_logits, minibatch)
+            old = self.completion_indices(minibatch.old_expert_indices, minibatch)
+            self.one_update = routing_change(old, now, m)["token"]
+
+    @staticmethod
+    def completion_indices(per_position: tuple[torch.Tensor, ...], rollout) -> tuple[torch.Tensor, ...]:
+        T = rollout.completion_ids.shape[1]
+        return tuple(completion_positions(x, rollout.prompt_width, T) for x in per_position)
+
+    @classmethod
+    def completion_routing(cls, router_logits, rollout) -> tuple[torch.Tensor, ...]:
+        top_k = rollout.old_expert_indices[0].shape[-1]
+        return cls.completion_indices(routed_experts(tuple(r.detach() for r in router_logits), top_k), rollout)
+
+    def add_after_update(self, policy_output, rollout, num_experts: int) -> None:
+        """The whole rollout re-read by the updated weights (no replay): routing change and load."""
+        m = rollout.completion_mask
+        old = self.completion_indices(rollout.old_expert_indices, rollout)
+        change = routing_change(old, self.completion_routing(policy_output.router_logits, rollout), m)
+        load = expert_load(old, num_experts, m)
+        self.routing = {"routing_change": change["token"], "expert_change": change["expert"],
+                        **{f"routing_change_l{i}": v for i, v in enumerate(change["layers"])},
+                        "expert_load_max": (load.max() * num_experts).item(),
+                        **{f"expert_load_l{i}_e{j}": load[i, j].item()
+                           for i in range(load.shape[0]) for j in range(num_experts)}}
+
+    def metrics(self) -> dict:
+        tokens = max(self.tokens, 1.0)
+        mean = self.dev_sum / tokens
+        out = {
+            "ratio_dev_std": math.sqrt(max(self.dev_sq / tokens - mean**2, 0.0)),
+            "ratio_dev_max": self.dev_max,
+            "seq_ratio_dev_max": self.seq_dev_max,
+            "seq_clip_frac": self.clipped_sequences / max(self.sequences, 1),
+            "kl_old": sum(self.kl_old) / len(self.kl_old) if self.kl_old else math.nan,
+        }
+        if self.routing:
+            out.update(routing_change_one_update=self.one_update, **self.routing)
+        if self.aux:
+            out["aux_loss"] = sum(self.aux) / len(self.aux)
+        return out
