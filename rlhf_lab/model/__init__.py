@@ -1,4 +1,4 @@
-"""The lab's tiny Llama: config, decoder, RoPE, KV caches and Hugging Face interop."""
+"""The lab's tiny Llama: config, decoder, RoPE, KV caches, mixture of experts and Hugging Face interop."""
 
 from .config import ModelConfig
 from .hf import (
@@ -11,6 +11,7 @@ from .hf import (
     to_hf,
 )
 from .kv_cache import DynamicCache, KVCache, StaticCache, kv_cache_bytes
+from .moe import SparseMoeBlock, load_balancing_loss, moe_aux_loss, router_z_loss
 from .rope import ROPE_TYPES
 from .transformer import LlamaModel, ModelOutput, RMSNorm, build_attention_mask
 
@@ -23,6 +24,7 @@ __all__ = [
     "ModelConfig",
     "ModelOutput",
     "RMSNorm",
+    "SparseMoeBlock",
     "StaticCache",
     "build_attention_mask",
     "config_from_hf",
@@ -30,6 +32,9 @@ __all__ = [
     "from_hf",
     "from_pretrained",
     "kv_cache_bytes",
+    "load_balancing_loss",
+    "moe_aux_loss",
+    "router_z_loss",
     "save_pretrained",
     "to_hf",
 ]

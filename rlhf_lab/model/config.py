@@ -13,6 +13,18 @@ differs is small (transformers' `models/{llama,qwen2,qwen3}/modeling_*.py`):
     qwen3       attention_bias    attention_bias    no         yes (RMSNorm over head_dim)
 
 All three: RMSNorm, SwiGLU MLP, rotate-half RoPE, grouped-query attention.
+
+Two mixture-of-experts families replace every layer's MLP with a router and E SwiGLU experts
+(`moe.SparseMoeBlock`; transformers' `models/{mixtral,qwen3_moe}/`):
+
+    model_type  attention                       experts' width           top-k weights renormalised
+    mixtral     llama's (no bias, no q/k norm)  intermediate_size        always
+    qwen3_moe   qwen3's (q_norm / k_norm)       moe_intermediate_size    if norm_topk_prob
+
+`num_local_experts` > 0 makes a model MoE (0 = dense) and is only allowed for these two families.
+`router_aux_loss_coef` defaults to 0.001, transformers 5.x's default for both (MixtralConfig and
+Qwen3MoeConfig; Switch Transformer used 0.01). `router_z_loss_coef` (ST-MoE's z-loss, off by default)
+is the lab's own: neither transformers family has one.
 """
 
 from __future__ import annotations
@@ -23,7 +35,8 @@ from dataclasses import dataclass, field
 from ..validation import check_bool, check_choice, check_number
 from .rope import check_head_dim, read_rope_scaling
 
-MODEL_TYPES = ("llama", "qwen2", "qwen3")  # transformers' model_type of each supported family
+MODEL_TYPES = ("llama", "qwen2", "qwen3", "mixtral", "qwen3_moe")
+MOE_MODEL_TYPES = ("mixtral", "qwen3_moe")  # transformers' model_type of each supported family
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa")  # transformers' names: written-out softmax, or the fused kernel
 
 
@@ -58,6 +71,13 @@ class ModelConfig:
     pad_token_id: int = 0
     bos_token_id: int = 1
     eos_token_id: int = 2
+    # Mixture of experts (mixtral / qwen3_moe only; module docstring). transformers' names.
+    num_local_experts: int = 0  # E experts per layer; 0 = dense MLP (Qwen3-MoE's config calls it num_experts)
+    num_experts_per_tok: int = 2  # k: experts each token is routed to
+    moe_intermediate_size: int | None = None  # qwen3_moe: each expert's width (None -> intermediate_size)
+    norm_topk_prob: bool = True  # renormalise the k gate weights to sum to 1 (Mixtral always does)
+    router_aux_loss_coef: float = 0.001  # weight of the Switch load-balancing loss in ModelOutput.aux_loss
+    router_z_loss_coef: float = 0.0  # weight of ST-MoE's router z-loss (0 = off)
     extra: dict = field(default_factory=dict)  # free-form notes saved with the checkpoint
 
     def __post_init__(self) -> None:
@@ -101,6 +121,44 @@ class ModelConfig:
             self.rope_scaling = None if scaling == {"rope_type": "default"} else scaling
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             check_number(name, getattr(self, name), low=0, high=self.vocab_size, high_open=True, integer=True)
+        self._check_moe()
+
+    def _check_moe(self) -> None:
+        check_number("num_local_experts", self.num_local_experts, low=0, integer=True)
+        check_number("num_experts_per_tok", self.num_experts_per_tok, low=1, integer=True)
+        check_bool("norm_topk_prob", self.norm_topk_prob)
+        check_number("router_aux_loss_coef", self.router_aux_loss_coef, low=0)
+        check_number("router_z_loss_coef", self.router_z_loss_coef, low=0)
+        if self.moe_intermediate_size is not None:
+            check_number("moe_intermediate_size", self.moe_intermediate_size, low=1, integer=True)
+        if self.model_type in MOE_MODEL_TYPES:
+            if self.num_local_experts < 1:
+                raise ValueError(f"num_local_experts must be >= 1 for model_type {self.model_type!r} "
+                                 f"(an MoE family), got {self.num_local_experts}")
+            if self.num_experts_per_tok > self.num_local_experts:
+                raise ValueError(f"num_experts_per_tok ({self.num_experts_per_tok}) must be <= num_local_experts "
+                                 f"({self.num_local_experts}): a token cannot use more experts than there are")
+        elif self.num_local_experts:
+            raise ValueError(f"num_local_experts > 0 needs model_type in {MOE_MODEL_TYPES}, "
+                             f"got model_type {self.model_type!r}")
+        if self.model_type == "mixtral":
+            if not self.norm_topk_prob:
+                raise ValueError("norm_topk_prob=False is not a mixtral option: Mixtral always renormalises "
+                                 "the top-k weights (use model_type 'qwen3_moe')")
+            if self.moe_intermediate_size is not None:
+                raise ValueError("moe_intermediate_size is a qwen3_moe option: mixtral's experts use intermediate_size")
+            if self.attention_bias:
+                raise ValueError("attention_bias is not a mixtral option (Mixtral's attention has no biases)")
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether every layer's MLP is a sparse mixture of experts (`moe.SparseMoeBlock`)."""
+        return self.num_local_experts > 0
+
+    @property
+    def expert_intermediate_size(self) -> int:
+        """Each expert's SwiGLU width: moe_intermediate_size (Qwen3-MoE) or intermediate_size (Mixtral)."""
+        return self.moe_intermediate_size or self.intermediate_size
 
     @property
     def qkv_bias(self) -> bool:
@@ -113,8 +171,8 @@ class ModelConfig:
 
     @property
     def qk_norm(self) -> bool:
-        """Qwen3's RMSNorm on each query and key head (over head_dim), after the projection, before RoPE."""
-        return self.model_type == "qwen3"
+        """Qwen3's (and Qwen3-MoE's) RMSNorm on each query and key head (over head_dim), after the projection, before RoPE."""
+        return self.model_type in ("qwen3", "qwen3_moe")
 
     @property
     def rope_type(self) -> str:

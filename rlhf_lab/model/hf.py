@@ -1,8 +1,9 @@
 """Moving weights between the lab's model and Hugging Face transformers.
 
 The lab's parameters carry HF's names, so conversion is a state-dict copy plus a config
-translation. Three families load: Llama (incl. SmolLM-style configs), Qwen2 / Qwen2.5 and Qwen3
-(`FAMILIES`); a config option the lab's model does not implement (sliding-window attention, a
+translation. Five families load: Llama (incl. SmolLM-style configs), Qwen2 / Qwen2.5, Qwen3 and the
+mixtures of experts Mixtral and Qwen3-MoE (`FAMILIES`; experts in transformers 5.x's fused layout,
+`mlp.experts.gate_up_proj` (E, 2I, C) and `mlp.experts.down_proj` (E, C, I)); a config option the lab's model does not implement (sliding-window attention, a
 rope type it does not know, dropout, another activation) is refused with an error naming it, never
 silently ignored. A saved folder is an ordinary HF checkpoint:
 
@@ -40,6 +41,8 @@ FAMILIES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM"),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
 }
 
 
@@ -47,7 +50,7 @@ class CheckpointError(ValueError):
     """A checkpoint folder is missing, truncated, or does not match its config."""
 
 
-_LAB_ONLY_FIELDS = ("rope_interleaved", "value_head", "extra", "attn_implementation")
+_LAB_ONLY_FIELDS = ("rope_interleaved", "value_head", "extra", "attn_implementation", "router_z_loss_coef")
 
 
 def config_to_hf(config: ModelConfig):
@@ -60,6 +63,15 @@ def config_to_hf(config: ModelConfig):
         "llama": {"attention_bias": config.attention_bias, "mlp_bias": config.mlp_bias, "head_dim": config.head_dim},
         "qwen2": {"use_sliding_window": False},
         "qwen3": {"attention_bias": config.attention_bias, "head_dim": config.head_dim, "use_sliding_window": False},
+        "mixtral": {"head_dim": config.head_dim, "sliding_window": None, "num_local_experts": config.num_local_experts,
+                    "num_experts_per_tok": config.num_experts_per_tok, "router_jitter_noise": 0.0,
+                    "router_aux_loss_coef": config.router_aux_loss_coef},
+        # Every layer sparse (decoder_sparse_step 1, no mlp_only_layers): intermediate_size is then unused.
+        "qwen3_moe": {"attention_bias": config.attention_bias, "head_dim": config.head_dim, "use_sliding_window": False,
+                      "num_experts": config.num_local_experts, "num_experts_per_tok": config.num_experts_per_tok,
+                      "moe_intermediate_size": config.expert_intermediate_size, "norm_topk_prob": config.norm_topk_prob,
+                      "decoder_sparse_step": 1, "mlp_only_layers": [],
+                      "router_aux_loss_coef": config.router_aux_loss_coef},
     }[config.model_type]
     if config.model_type == "qwen2" and config.head_dim * config.num_attention_heads != config.hidden_size:
         raise CheckpointError("qwen2 has no head_dim option: head_dim must be hidden_size // num_attention_heads")
@@ -118,6 +130,19 @@ def refuse_unsupported(hf: dict) -> None:
         raise CheckpointError(f"pretraining_tp={hf['pretraining_tp']} is not supported (use 1)")
     if model_type != "llama" and (hf.get("mlp_bias") or False):
         raise CheckpointError(f"mlp_bias is a llama option, not {model_type}'s")
+    if model_type == "mixtral":
+        if hf.get("sliding_window") is not None:
+            raise CheckpointError(f"sliding_window={hf['sliding_window']} is not supported: the lab's attention is full "
+                                  "causal attention (use None)")
+        if (hf.get("router_jitter_noise") or 0) > 0:
+            raise CheckpointError(f"router_jitter_noise={hf['router_jitter_noise']} is not supported (use 0.0)")
+    if model_type == "qwen3_moe":
+        if hf.get("mlp_only_layers"):
+            raise CheckpointError(f"mlp_only_layers={hf['mlp_only_layers']} is not supported: every layer of the "
+                                  "lab's MoE model is sparse (use [])")
+        if hf.get("decoder_sparse_step", 1) != 1:
+            raise CheckpointError(f"decoder_sparse_step={hf['decoder_sparse_step']} is not supported: every layer of "
+                                  "the lab's MoE model is sparse (use 1)")
 
 
 def config_from_hf(hf_config) -> ModelConfig:
@@ -131,9 +156,18 @@ def config_from_hf(hf_config) -> ModelConfig:
     lab = dict(hf.get("rlhf_lab") or {})
     eos = hf.get("eos_token_id", 2)
     head_dim = hf.get("head_dim") if model_type != "qwen2" else None  # transformers' Qwen2 derives it
+    moe = {}
+    if model_type == "mixtral":
+        moe = dict(num_local_experts=hf.get("num_local_experts", hf.get("num_experts")), norm_topk_prob=True)
+    elif model_type == "qwen3_moe":
+        moe = dict(num_local_experts=hf.get("num_experts", hf.get("num_local_experts")),
+                   moe_intermediate_size=hf["moe_intermediate_size"], norm_topk_prob=bool(hf.get("norm_topk_prob", False)))
+    if moe:
+        moe.update(num_experts_per_tok=hf.get("num_experts_per_tok", 2),
+                   router_aux_loss_coef=hf.get("router_aux_loss_coef", 0.001))
     return ModelConfig(
         model_type=model_type,
-        attention_bias=bool(hf.get("attention_bias", False)) if model_type != "qwen2" else False,
+        attention_bias=bool(hf.get("attention_bias", False)) if model_type not in ("qwen2", "mixtral") else False,
         mlp_bias=bool(hf.get("mlp_bias", False)),
         vocab_size=hf["vocab_size"],
         hidden_size=hf["hidden_size"],
@@ -151,6 +185,7 @@ def config_from_hf(hf_config) -> ModelConfig:
         pad_token_id=hf.get("pad_token_id") if hf.get("pad_token_id") is not None else 0,
         bos_token_id=hf.get("bos_token_id") if hf.get("bos_token_id") is not None else 1,
         eos_token_id=eos[0] if isinstance(eos, list) else (eos if eos is not None else 2),
+        **moe,
         **{k: lab[k] for k in _LAB_ONLY_FIELDS if k in lab},
     )
 
@@ -184,7 +219,8 @@ def _load_lm_state_dict(model: LlamaModel, state: dict[str, torch.Tensor], sourc
 
 
 def from_hf(hf_model) -> LlamaModel:
-    """A transformers `LlamaForCausalLM` / `Qwen2ForCausalLM` / `Qwen3ForCausalLM` -> the lab's model
+    """A transformers `LlamaForCausalLM` / `Qwen2ForCausalLM` / `Qwen3ForCausalLM` / `MixtralForCausalLM` /
+    `Qwen3MoeForCausalLM` -> the lab's model
     with the same weights (float32)."""
     config = config_from_hf(hf_model.config)
     model = LlamaModel(config)

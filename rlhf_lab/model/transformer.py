@@ -6,7 +6,8 @@
 Parameter names are Hugging Face's (`model.layers.0.self_attn.q_proj.weight`, ...), so a state
 dict moves between this model and `transformers.LlamaForCausalLM` unchanged (see `hf.py`), and
 the parity tests can demand equal logits to 1e-5. The Qwen2 / Qwen3 families are the same decoder
-with a few switches (biases, Qwen3's per-head q/k norm; see config.py), so they load too.
+with a few switches (biases, Qwen3's per-head q/k norm; see config.py), so they load too. The MoE
+families (Mixtral, Qwen3-MoE) swap each layer's MLP for a router and experts (`moe.SparseMoeBlock`).
 
 Shapes: B batch, T new tokens in this call, S = past + T keys, H query heads, K key/value heads,
 D head_dim, C hidden size, V vocabulary.
@@ -24,6 +25,7 @@ from torch.utils.checkpoint import checkpoint
 from ..validation import check_choice
 from .config import ModelConfig
 from .kv_cache import KVCache
+from .moe import SparseMoeBlock, moe_aux_loss
 from .rope import RotaryEmbedding, apply_rope
 
 _fused_rms_norm = getattr(F, "rms_norm", None)
@@ -133,11 +135,15 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.self_attn = Attention(config, layer_idx)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = MLP(config)
+        self.mlp = SparseMoeBlock(config) if config.is_moe else MLP(config)
 
-    def forward(self, x, cos, sin, mask, cache):
+    def forward(self, x, cos, sin, mask, cache, expert_indices=None):
+        """-> (x, routing): routing is (router_logits, expert_indices) for an MoE layer, None for a dense one."""
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        if isinstance(self.mlp, SparseMoeBlock):
+            y, router_logits, expert_indices = self.mlp(self.post_attention_layernorm(x), expert_indices)
+            return x + y, (router_logits, expert_indices)
+        return x + self.mlp(self.post_attention_layernorm(x)), None
 
 
 class Backbone(nn.Module):
@@ -156,6 +162,10 @@ class ModelOutput:
     cache: KVCache | None = None
     values: torch.Tensor | None = None  # (B, T) float32 when the model has a value head
     hidden_states: torch.Tensor | None = None  # (B, T, C) final-norm output
+    # MoE models only (None for a dense one): one entry per layer.
+    router_logits: tuple[torch.Tensor, ...] | None = None  # (B, T, E) float32 each
+    expert_indices: tuple[torch.Tensor, ...] | None = None  # (B, T, k) long each: the experts each token used
+    aux_loss: torch.Tensor | None = None  # scalar: router_aux_loss_coef * L_aux + router_z_loss_coef * L_z
 
 
 def build_attention_mask(
@@ -191,8 +201,14 @@ def build_attention_mask(
 class LlamaModel(nn.Module):
     """The lab's causal language model (optionally with a scalar value head for PPO).
 
-    forward(input_ids (B, T), attention_mask (B, S) | None, position_ids (B, T) | None, cache)
-        -> ModelOutput(logits (B, T, V) float32, cache, values (B, T) | None)
+    forward(input_ids (B, T), attention_mask (B, S) | None, position_ids (B, T) | None, cache,
+            num_logits_to_keep, expert_indices (one (B, T, k) long tensor per layer) | None)
+        -> ModelOutput(logits (B, T, V) float32, cache, values (B, T) | None,
+                       router_logits, expert_indices, aux_loss: MoE only)
+
+    Routing replay (MoE): `expert_indices` from an earlier forward (e.g. pi_old's `ModelOutput.expert_indices`)
+    makes every layer use exactly those experts, gated by the current router's probabilities at them
+    (GSPO paper §5, arXiv 2507.18071). The aux loss counts the non-padding tokens of this call.
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -220,6 +236,8 @@ class LlamaModel(nn.Module):
                 nn.init.normal_(module.weight, mean=0.0, std=std)
             elif isinstance(module, RMSNorm):
                 nn.init.ones_(module.weight)
+            elif isinstance(module, SparseMoeBlock):
+                module.experts.reset_parameters(std)
         if self.value_head is not None:  # zero-initialised critic, as in OpenAI's lm-human-preferences
             nn.init.zeros_(self.value_head.weight)
             nn.init.zeros_(self.value_head.bias)
@@ -261,8 +279,13 @@ class LlamaModel(nn.Module):
         position_ids: torch.Tensor | None = None,
         cache: KVCache | None = None,
         num_logits_to_keep: int = 0,
+        expert_indices: tuple[torch.Tensor, ...] | None = None,
     ) -> ModelOutput:
         B, T = input_ids.shape
+        layers = self.model.layers
+        if expert_indices is not None and (not self.config.is_moe or len(expert_indices) != len(layers)):
+            raise ValueError(f"expert_indices must hold one (B, T, k) tensor per MoE layer ({len(layers) if self.config.is_moe else 0} "
+                             f"for this model), got {len(expert_indices)}")
         past_len = cache.get_seq_length() if cache is not None else 0
         if position_ids is None:
             if attention_mask is not None:
@@ -274,11 +297,15 @@ class LlamaModel(nn.Module):
         mask = build_attention_mask(attention_mask, T, past_len, input_ids.device)
         x = self.model.embed_tokens(input_ids)
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled() and cache is None
-        for layer in self.model.layers:
+        routing = []  # MoE: (router_logits, expert_indices) per layer
+        for i, layer in enumerate(layers):
+            replay = expert_indices[i] if expert_indices is not None else None
             if recompute:
-                x = checkpoint(layer, x, cos, sin, mask, None, use_reentrant=False)
+                x, layer_routing = checkpoint(layer, x, cos, sin, mask, None, replay, use_reentrant=False)
             else:
-                x = layer(x, cos, sin, mask, cache)
+                x, layer_routing = layer(x, cos, sin, mask, cache, replay)
+            if layer_routing is not None:
+                routing.append(layer_routing)
         h = self.model.norm(x)
         kept = h[:, -num_logits_to_keep:] if num_logits_to_keep else h
         # Logits in float32 even under bf16 autocast or with bf16 weights: log-probs and the PPO/GRPO
@@ -286,4 +313,10 @@ class LlamaModel(nn.Module):
         with torch.autocast(device_type=kept.device.type, enabled=False):
             logits = F.linear(kept.float(), self.lm_head.weight.float())
         values = self.value_head(h).squeeze(-1).float() if self.value_head is not None else None
-        return ModelOutput(logits=logits, cache=cache, values=values, hidden_states=h)
+        if not routing:
+            return ModelOutput(logits=logits, cache=cache, values=values, hidden_states=h)
+        router_logits = tuple(r for r, _ in routing)
+        real = attention_mask[:, -T:] if attention_mask is not None else None  # this call's tokens
+        return ModelOutput(logits=logits, cache=cache, values=values, hidden_states=h, router_logits=router_logits,
+                           expert_indices=tuple(e for _, e in routing),
+                           aux_loss=moe_aux_loss(self.config, router_logits, real))
