@@ -280,9 +280,7 @@ def policy_forward(model, rollout: Rollout, temperature: float = 1.0, with_entro
     logprobs = selective_log_softmax(logits, rollout.completion_ids)
     entropy = entropy_from_logits(logits.detach()) if with_entropy else None
     return PolicyOutput(logprobs=logprobs, entropy=entropy, values=values if with_values else None,
-                        router_logits=getattr(out, "router_logits", None),
-                        expert_indices=getattr(out, "expert_indices", None),
-                        aux_loss=getattr(out, "aux_loss", None))
+                        router_logits=out.router_logits, expert_indices=out.expert_indices, aux_loss=out.aux_loss)
 
 
 def next_token_logprobs(model, rollout: Rollout, temperature: float = 1.0, dtype: torch.dtype = torch.float32):

@@ -42,8 +42,7 @@ __all__ = ["RoutingStats", "check_routing_replay", "completion_positions", "expe
 
 def is_moe(model) -> bool:
     """True when the model's layers are mixtures of experts (ModelConfig.num_local_experts > 0)."""
-    config = getattr(model, "config", None)
-    return bool(getattr(config, "num_local_experts", 0))
+    return bool(getattr(getattr(model, "config", None), "is_moe", False))
 
 
 def check_routing_replay(config, model) -> None:
@@ -158,7 +157,7 @@ class RoutingStats:
         log_ratio = (minibatch.old_logprobs - policy.logprobs.detach()).float()  # log pi_old - log pi
         self.kl_old.append(masked_mean(torch.expm1(-log_ratio) + log_ratio, m).item())  # k3
         if policy.aux_loss is not None:
-            self.aux.append(float(policy.aux_loss))
+            self.aux.append(policy.aux_loss.item())
         if updates_before == 1 and minibatch.old_expert_indices is not None and policy.router_logits is not None:
             now = self.completion_routing(policy.router_logits, minibatch)
             old = self.completion_indices(minibatch.old_expert_indices, minibatch)
