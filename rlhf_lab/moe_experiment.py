@@ -30,7 +30,7 @@ import torch
 
 from .evaluate import standard_error
 from .rl import Trainer, make_config
-from .rl.routing import routed_experts, routing_change
+from .rl.routing import completion_experts, routed_experts, routing_change
 from .validation import check_number
 
 # The three arms. GRPO keeps the GSPO paper's GRPO clip (0.2 / 0.27); GSPO its own (3e-4 / 4e-4); all
@@ -199,9 +199,7 @@ def one_step_routing_change(model, rollout, learning_rate: float, steps: int = 1
         optimizer.step()
     with torch.no_grad():
         after = routed_experts(policy_forward(model, rollout).router_logits, top_k)
-    T, P = rollout.completion_ids.shape[1], rollout.prompt_width
-    at_completion = lambda xs: tuple(x[:, P - 1 : P - 1 + T] for x in xs)  # noqa: E731
-    return routing_change(at_completion(before), at_completion(after), mask)
+    return routing_change(completion_experts(before, rollout), completion_experts(after, rollout), mask)
 
 
 def routing_change_sweep(models: dict, rollout, learning_rates: Sequence[float]) -> pd.DataFrame:

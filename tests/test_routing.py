@@ -12,7 +12,7 @@ import torch
 from rlhf_lab.model import LlamaModel
 from rlhf_lab.moe_experiment import mean_and_se, method_config, one_step_routing_change, run_summary
 from rlhf_lab.rl import Trainer, make_config, policy_forward
-from rlhf_lab.rl.routing import RoutingStats, expert_load, routed_experts, routing_change
+from rlhf_lab.rl.routing import RoutingStats, expert_load, expert_set_changed, routed_experts, routing_change
 from rlhf_lab.sft import lab_model_config
 from rlhf_lab.tokenizer import CharTokenizer
 
@@ -48,6 +48,7 @@ def test_routing_change_ignores_order_and_counts_sets_and_experts():
     before = (torch.tensor([[[0, 1], [2, 3], [0, 3], [1, 2]]]),)  # (N=1, T=4, k=2), one layer
     after = (torch.tensor([[[1, 0], [2, 0], [1, 2], [1, 2]]]),)  # same set, one expert swapped, both, same
     change = routing_change(before, after, torch.ones(1, 4))
+    assert expert_set_changed(before, after).tolist() == [[False, True, True, False]]
     assert change["token"] == pytest.approx(2 / 4)  # tokens 1 and 2 have a different set
     assert change["expert"] == pytest.approx(3 / 8)  # 1 + 2 of the 8 activated experts are gone
     masked = routing_change(before, after, torch.tensor([[1.0, 1.0, 0.0, 0.0]]))

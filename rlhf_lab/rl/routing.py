@@ -16,6 +16,8 @@ What this module gives the trainer (rlhf_lab.rl.trainer calls it; nothing here n
     is_moe(model)                             does the model route tokens to experts?
     check_routing_replay(config, model)       RLConfig.routing_replay needs an MoE policy
     routed_experts(router_logits, top_k)      the experts the router would pick now, per layer (B, L, k)
+    completion_experts(per_position, rollout) a forward's per-layer experts at the completion positions
+    expert_set_changed(before, after)         (N, T) bool: the token's expert set differs in some layer
     routing_change(before, after, mask)       fraction of tokens whose expert set differs
     expert_load(expert_indices, E, mask)      fraction of token slots each expert receives, (layers, E)
     RoutingStats                              one step's metrics: ratio spread, sequence-level clipping,
@@ -36,8 +38,8 @@ import torch
 from ..validation import check_bool
 from .losses import masked_mean
 
-__all__ = ["RoutingStats", "check_routing_replay", "completion_positions", "expert_load", "is_moe",
-           "routed_experts", "routing_change"]
+__all__ = ["RoutingStats", "check_routing_replay", "completion_experts", "completion_positions", "expert_load",
+           "expert_set_changed", "is_moe", "routed_experts", "routing_change"]
 
 
 def is_moe(model) -> bool:
@@ -58,6 +60,12 @@ def completion_positions(per_position: torch.Tensor, prompt_width: int, completi
     return per_position[:, prompt_width - 1 : prompt_width - 1 + completion_width]
 
 
+def completion_experts(per_position: tuple[torch.Tensor, ...], rollout) -> tuple[torch.Tensor, ...]:
+    """One (N, P + T - 1, k) tensor per layer (a forward over the rollout) -> (N, T, k) at its completion positions."""
+    T = rollout.completion_ids.shape[1]
+    return tuple(completion_positions(x, rollout.prompt_width, T) for x in per_position)
+
+
 def routed_experts(router_logits: tuple[torch.Tensor, ...], top_k: int) -> tuple[torch.Tensor, ...]:
     """The experts the router picks now: top-k of each layer's logits (B, L, E) -> (B, L, k) long.
 
@@ -68,6 +76,12 @@ def routed_experts(router_logits: tuple[torch.Tensor, ...], top_k: int) -> tuple
 def _kept_slots(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
     """(..., k) bool: expert before[..., j] is still among the k experts of `after` (order ignored)."""
     return (before[..., :, None] == after[..., None, :]).any(-1)
+
+
+def expert_set_changed(before: tuple[torch.Tensor, ...], after: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """(N, T) bool: the token's set of k experts differs in at least one layer (order within k ignored)."""
+    changed = [(~_kept_slots(old, new)).any(-1) for old, new in zip(before, after)]
+    return torch.stack(changed).any(0)
 
 
 def routing_change(before: tuple[torch.Tensor, ...], after: tuple[torch.Tensor, ...], mask: torch.Tensor) -> dict:
@@ -160,23 +174,19 @@ class RoutingStats:
             self.aux.append(policy.aux_loss.item())
         if updates_before == 1 and minibatch.old_expert_indices is not None and policy.router_logits is not None:
             now = self.completion_routing(policy.router_logits, minibatch)
-            old = self.completion_indices(minibatch.old_expert_indices, minibatch)
+            old = completion_experts(minibatch.old_expert_indices, minibatch)
             self.one_update = routing_change(old, now, m)["token"]
 
     @staticmethod
-    def completion_indices(per_position: tuple[torch.Tensor, ...], rollout) -> tuple[torch.Tensor, ...]:
-        T = rollout.completion_ids.shape[1]
-        return tuple(completion_positions(x, rollout.prompt_width, T) for x in per_position)
-
-    @classmethod
-    def completion_routing(cls, router_logits, rollout) -> tuple[torch.Tensor, ...]:
+    def completion_routing(router_logits, rollout) -> tuple[torch.Tensor, ...]:
+        """The experts the current router picks at the rollout's completion positions."""
         top_k = rollout.old_expert_indices[0].shape[-1]
-        return cls.completion_indices(routed_experts(tuple(r.detach() for r in router_logits), top_k), rollout)
+        return completion_experts(routed_experts(tuple(r.detach() for r in router_logits), top_k), rollout)
 
     def add_after_update(self, policy_output, rollout, num_experts: int) -> None:
         """The whole rollout re-read by the updated weights (no replay): routing change and load."""
         m = rollout.completion_mask
-        old = self.completion_indices(rollout.old_expert_indices, rollout)
+        old = completion_experts(rollout.old_expert_indices, rollout)
         change = routing_change(old, self.completion_routing(policy_output.router_logits, rollout), m)
         load = expert_load(old, num_experts, m)
         self.routing = {"routing_change": change["token"], "expert_change": change["expert"],
