@@ -29,7 +29,7 @@ from .device import autocast, pick_device
 from .evaluate import greedy_accuracy
 from .limits import check_positions, check_tokenizer_fits
 from .loop import SupervisedLoop, backward_and_step
-from .model import LlamaModel, ModelConfig
+from .model import LlamaModel, ModelConfig, moe_aux_loss
 from .tasks import TASKS, get_task
 from .tasks.jsonl import SPLIT_N_TRAIN
 from .validation import Validated, check_choice, check_number, check_optional
@@ -121,11 +121,20 @@ def encode_examples(tokenizer, examples: Sequence, device=None) -> tuple[torch.T
 
 def completion_loss(model, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over completion tokens. Right padding needs no attention mask: padding
-    only ever follows the real tokens, which the causal mask already hides it from."""
-    logits = model(input_ids[:, :-1]).logits  # (N, L-1, V) float32
+    only ever follows the real tokens, which the causal mask already hides it from.
+
+    An MoE model adds its router losses (`rlhf_lab.model.moe_aux_loss`: the load-balancing loss and the
+    optional z-loss, times their coefficients), counted over the non-padding tokens."""
+    inputs = input_ids[:, :-1]
+    out = model(inputs)
+    logits = out.logits  # (N, L-1, V) float32
     targets, mask = input_ids[:, 1:], loss_mask[:, 1:]
     nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
-    return (nll * mask.reshape(-1)).sum() / mask.sum().clamp(min=1)
+    loss = (nll * mask.reshape(-1)).sum() / mask.sum().clamp(min=1)
+    if out.router_logits is not None:
+        real = inputs != model.config.pad_token_id  # (N, L-1): right padding is the only pad token
+        loss = loss + moe_aux_loss(model.config, out.router_logits, real)
+    return loss
 
 
 HISTORY_COLUMNS = ("step", "wall_time", "step_time", "loss", "eval_accuracy", "lr", "grad_norm", "tokens_per_s")
