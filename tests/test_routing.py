@@ -180,3 +180,20 @@ def test_run_summary_and_mean_and_se():
     assert row["final_accuracy_se"] == pytest.approx(math.sqrt(0.3 * 0.7 / 100))
     mean, se = mean_and_se([0.4, 0.5, 0.6])
     assert mean == pytest.approx(0.5) and se == pytest.approx(0.1 / math.sqrt(3))
+
+
+def test_experiment_runs_every_method_with_steps_from_its_cpu_time(tmp_path):
+    from rlhf_lab.model.hf import save_pretrained
+    from rlhf_lab.moe_experiment import moe_routing_experiment, stability_table
+
+    save_pretrained(tiny_moe(), tmp_path / "moe", tokenizer=TOK)
+    settings = {**SMALL, "init_checkpoint": str(tmp_path / "moe"), "eval_every": 100}  # evaluate at the start and end
+    result = moe_routing_experiment(seeds=(0, 1), cpu_budget=0.1, settings=settings, calibration_steps=1)
+    for method, cpu in result.cpu_per_step.items():
+        assert result.steps[method] == max(1, int(0.1 // cpu))
+    assert sorted(result.runs.groupby("method").size().tolist()) == [2, 2, 2]
+    table = stability_table(result)
+    assert list(table.index) == ["GRPO", "GRPO + replay", "GSPO"]
+    assert table["routing_change"].between(0, 1).all() and table["collapsed"].str.endswith("/2").all()
+    assert (result.history.groupby(["method", "seed"])["step"].max() == pd.Series(
+        {(m, s): result.steps[m] for m in result.steps for s in (0, 1)})).all()
