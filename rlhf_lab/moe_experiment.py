@@ -5,14 +5,16 @@ of the experts activated for the same rollout change after each gradient update,
 ratios then fluctuate and it needed routing replay to converge, and that GSPO does not. The tools:
 
     METHODS                                     the three arms: name -> config settings
-    cpu_seconds_per_step(config, steps)         CPU time (time.process_time) of a few steps
+    cpu_seconds_per_step(configs, steps)        CPU time (time.process_time) of a step of each config
     moe_routing_experiment(methods, seeds, cpu_budget, settings)
                                                 every arm x seed from the same checkpoint, each arm's step
                                                 budget set from its measured CPU time per step
     stability_table(result)                     per arm: accuracy (mean and its standard error over seeds),
                                                 collapses, ratio and KL spikes, routing change
-    routing_change_sweep(grid, ...)             routing change after one optimiser step against the
-                                                learning rate, the number of experts and top-k
+    short_run_sweep(grid, settings, steps)      routing change and ratio spread of short RL runs against
+                                                settings such as the learning rate or the minibatch count
+    routing_change_sweep(models, rollout, lrs)  routing change after one fresh optimiser step, for models
+                                                of other shapes (number of experts, top-k)
 
 CPU time, not wall time: on a shared machine the wall clock measures the neighbours; process time
 counts only this process's work (all its threads), so equal-CPU budgets stay comparable under load.
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
+from .callbacks import NonFiniteLossError
 from .evaluate import standard_error
 from .rl import Trainer, make_config
 from .rl.routing import completion_experts, routed_experts, routing_change
@@ -52,16 +55,22 @@ def method_config(method: str, settings: dict | None = None, **overrides):
     return make_config(values.pop("algo"), values)
 
 
-def cpu_seconds_per_step(config, steps: int = 2, model=None) -> float:
-    """Mean CPU seconds (time.process_time: this process, all threads) of `steps` training steps of
-    `config`, after one unmeasured step (first-call allocations); no evaluation."""
+def cpu_seconds_per_step(configs: dict, steps: int = 3) -> dict:
+    """Median CPU seconds (time.process_time: this process, all its threads) of one training step of
+    each config ({name: config}), no evaluation. After one unmeasured step each (first-call
+    allocations), the configs take turns, one step each per round, so that a change in the machine's
+    load during the calibration affects them alike. Returns {name: seconds}."""
     check_number("steps", steps, low=1, integer=True)
-    trainer = Trainer(config.replace(eval_every=0), model=model)
-    trainer.train_step()
-    start = time.process_time()
-    for _ in range(steps):
+    trainers = {name: Trainer(config.replace(eval_every=0)) for name, config in configs.items()}
+    for trainer in trainers.values():
         trainer.train_step()
-    return (time.process_time() - start) / steps
+    times: dict = {name: [] for name in configs}
+    for _ in range(steps):
+        for name, trainer in trainers.items():
+            start = time.process_time()
+            trainer.train_step()
+            times[name].append(time.process_time() - start)
+    return {name: float(pd.Series(values).median()) for name, values in times.items()}
 
 
 @dataclass
@@ -81,8 +90,9 @@ def moe_routing_experiment(methods: Sequence[str] = tuple(METHODS), seeds: Seque
                            collapse_drop: float = 0.1, ratio_spike: float = 1.0, callbacks=(),
                            on_run_end=None) -> MoEExperiment:
     """Train every method of `methods` (names of METHODS) with every seed from the same checkpoint
-    (settings["init_checkpoint"]), at equal CPU cost: each method first runs `calibration_steps`
-    measured steps, then every run of it gets floor(cpu_budget / cpu_per_step) steps.
+    (settings["init_checkpoint"]), at equal CPU cost: `cpu_seconds_per_step` measures each method on
+    `calibration_steps` steps, then every run of it gets floor(cpu_budget / cpu_per_step) steps.
+    runs.cpu_seconds is each run's measured CPU time, its evaluations included.
 
     A run *collapses* when its final held-out greedy accuracy is more than `collapse_drop` below the
     starting accuracy. A *ratio spike* is a step whose largest |r_t - 1| exceeds `ratio_spike` (a token
@@ -94,10 +104,8 @@ def moe_routing_experiment(methods: Sequence[str] = tuple(METHODS), seeds: Seque
     if not seeds:
         raise ValueError("seeds must name at least one seed, got an empty sequence")
     settings = dict(settings or {})
-    cpu_per_step, steps = {}, {}
-    for method in methods:
-        cpu_per_step[method] = cpu_seconds_per_step(method_config(method, settings), calibration_steps)
-        steps[method] = max(1, int(cpu_budget // cpu_per_step[method]))
+    cpu_per_step = cpu_seconds_per_step({m: method_config(m, settings) for m in methods}, calibration_steps)
+    steps = {method: max(1, int(cpu_budget // seconds)) for method, seconds in cpu_per_step.items()}
     histories, rows = [], []
     for method in methods:
         for seed in seeds:
@@ -173,6 +181,32 @@ def stability_table(result: MoEExperiment) -> pd.DataFrame:
 # ----------------------------------------------------------------------------------------------
 # how much one optimiser step moves the routing
 
+SWEEP_COLUMNS = ("routing_change_one_update", "routing_change", "expert_change", "ratio_dev_std", "ratio_dev_max",
+                 "kl_old", "clip_frac")
+
+
+def short_run_sweep(grid: Sequence[dict], settings: dict | None = None, steps: int = 4, method: str = "GRPO",
+                    seeds: Sequence[int] = (0,)) -> pd.DataFrame:
+    """Routing and ratio numbers of short RL runs: for each entry of `grid` (config changes, e.g.
+    {"learning_rate": 1e-3} or {"num_minibatches": 8}) and seed, `steps` steps of `method` from
+    settings["init_checkpoint"], no evaluation. One row per (entry, seed): the entry's values, the
+    seed, the steps done (fewer if a loss became non-finite) and the mean over them of SWEEP_COLUMNS
+    (Trainer.history columns)."""
+    check_number("steps", steps, low=1, integer=True)
+    rows = []
+    for changes in grid:
+        for seed in seeds:
+            trainer = Trainer(method_config(method, settings, **{**changes, "seed": seed, "eval_every": 0}))
+            try:
+                for _ in range(steps):
+                    trainer.train_step()
+            except NonFiniteLossError:  # the step was undone; keep the steps that finished
+                pass
+            means = trainer.history[list(SWEEP_COLUMNS)].mean() if trainer.step else pd.Series(dtype=float)
+            rows.append({**changes, "seed": seed, "steps": trainer.step, **means.to_dict()})
+    return pd.DataFrame(rows)
+
+
 
 def one_step_routing_change(model, rollout, learning_rate: float, steps: int = 1) -> dict:
     """Routing change of `model` on `rollout`'s completion tokens after `steps` fresh-AdamW steps of the
@@ -216,6 +250,6 @@ def routing_change_sweep(models: dict, rollout, learning_rates: Sequence[float])
     return pd.DataFrame(rows)
 
 
-__all__ = ["METHODS", "METHOD_STYLES", "MoEExperiment", "cpu_seconds_per_step", "mean_and_se", "method_config",
-           "moe_routing_experiment", "one_step_routing_change", "routing_change_sweep", "run_summary",
+__all__ = ["METHODS", "METHOD_STYLES", "SWEEP_COLUMNS", "MoEExperiment", "cpu_seconds_per_step", "mean_and_se", "method_config",
+           "moe_routing_experiment", "one_step_routing_change", "routing_change_sweep", "run_summary", "short_run_sweep",
            "stability_table"]

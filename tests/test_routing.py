@@ -172,6 +172,17 @@ def test_one_step_routing_change_grows_with_the_learning_rate():
     assert small["token"] < 0.05  # a step of 1e-9 on weights of order 0.5 flips only exact near-ties
 
 
+def test_short_run_sweep_gives_one_row_per_setting(tmp_path):
+    from rlhf_lab.model.hf import save_pretrained
+    from rlhf_lab.moe_experiment import short_run_sweep
+
+    save_pretrained(tiny_moe(), tmp_path / "moe", tokenizer=TOK)
+    settings = {**SMALL, "init_checkpoint": str(tmp_path / "moe")}
+    table = short_run_sweep([{"learning_rate": 1e-6}, {"learning_rate": 0.05}], settings, steps=1)
+    assert list(table["learning_rate"]) == [1e-6, 0.05]
+    assert table["routing_change"].iloc[0] <= table["routing_change"].iloc[1]  # a 50 000x larger step moves more
+
+
 def test_run_summary_and_mean_and_se():
     history = pd.DataFrame({"step": [0, 1, 2], "eval_accuracy": [0.5, float("nan"), 0.3],
                             "ratio_dev_max": [float("nan"), 0.5, 2.0], "kl_k3": [float("nan"), 0.01, 0.02]})
@@ -189,6 +200,7 @@ def test_experiment_runs_every_method_with_steps_from_its_cpu_time(tmp_path):
     save_pretrained(tiny_moe(), tmp_path / "moe", tokenizer=TOK)
     settings = {**SMALL, "init_checkpoint": str(tmp_path / "moe"), "eval_every": 100}  # evaluate at the start and end
     result = moe_routing_experiment(seeds=(0, 1), cpu_budget=0.1, settings=settings, calibration_steps=1)
+    assert set(result.cpu_per_step) == {"GRPO", "GRPO + replay", "GSPO"}
     for method, cpu in result.cpu_per_step.items():
         assert result.steps[method] == max(1, int(0.1 // cpu))
     assert sorted(result.runs.groupby("method").size().tolist()) == [2, 2, 2]
