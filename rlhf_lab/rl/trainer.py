@@ -17,6 +17,10 @@ The loop knows the algorithm only through its hooks (algorithm.py): `make_critic
 `shape_rollout`, `needs_old_logprobs`, `compute_advantages`, `loss`, `after_step`, `kl_coefficient`
 and `state_dict`. It never names one.
 
+A mixture-of-experts policy (rlhf_lab.rl.routing): the rollout keeps pi_old's experts, the update
+adds the model's router aux loss to the algorithm's loss, `routing_replay=True` computes pi_theta with
+pi_old's experts, and each step logs how many tokens changed experts (`routing_change`, ...).
+
 The step engine (config: bf16, attn_implementation, gradient_checkpointing, lora_r, offload_reference)
 is what a real model on a GPU needs; it is the same code on the CPU, where CI tests it. With LoRA
 the reference policy is the frozen base (the policy with its adapters off): no second copy.
