@@ -5,11 +5,14 @@ Offline side only (it imports the SFT trainer); loading a checkpoint is `rlhf_la
     from rlhf_lab.checkpoints import load_checkpoint
     model, tokenizer, meta = load_checkpoint("addition_rl_start")
 
-| name                | what it is for                                                              |
-| ------------------- | --------------------------------------------------------------------------- |
-| `addition_rl_start` | the RL starting point: SFT stopped half way, ~50% held-out accuracy, so RL  |
-|                     | has both right and wrong samples to learn from (and room to improve)        |
-| `addition_sft`      | the same run trained to convergence (~100%): sampling and KV-cache demos    |
+| name                    | what it is for                                                          |
+| ----------------------- | ----------------------------------------------------------------------- |
+| `addition_rl_start`     | the RL starting point: SFT stopped half way, ~50% held-out accuracy, so |
+|                         | RL has both right and wrong samples to learn from (and room to improve) |
+| `addition_sft`          | the same run trained to convergence (~100%): sampling, KV-cache demos   |
+| `addition_moe_rl_start` | the mixture-of-experts RL starting point (Qwen3-MoE style, 8 experts,   |
+|                         | top-2: `MOE_MODEL_SIZE`), stopped like `addition_rl_start`: for routing |
+|                         | replay and GSPO's MoE argument                                          |
 
 Each preset is an `SFTConfig` plus the model size (`lab_model_config` keyword arguments). The
 checkpoints are regenerated with `python -m rlhf_lab sft --preset all` (`build_checkpoint` below),
@@ -34,7 +37,7 @@ from .device import describe
 from .evaluate import greedy_accuracy
 from .model import LlamaModel
 from .model.hf import read_config, save_pretrained
-from .sft import MODEL_SIZE, SFTConfig, lab_model_config, train_sft
+from .sft import MODEL_SIZE, MOE_MODEL_SIZE, SFTConfig, lab_model_config, train_sft
 from .tasks import get_task
 from .tokenizer import default_tokenizer
 
@@ -63,6 +66,15 @@ PRESETS: dict[str, CheckpointPreset] = {
         # at that stage, so evaluate often, on 200 problems to keep that cheap; the accuracy recorded next
         # to the checkpoint is then measured on the whole 500-problem test split.
         sft=SFTConfig(steps=2000, eval_every=10, eval_examples=200, stop_at_accuracy=0.45),
+        accuracy_band=(0.30, 0.70),
+    ),
+    "addition_moe_rl_start": CheckpointPreset(
+        name="addition_moe_rl_start",
+        description="MoE RL starting point for 3-digit reversed addition (Qwen3-MoE style, 8 experts, top-2): "
+                    "SFT stopped at ~50% accuracy",
+        # addition_rl_start's recipe on the MoE model; SFTTrainer adds the router's load-balancing loss.
+        sft=SFTConfig(steps=2000, eval_every=10, eval_examples=200, stop_at_accuracy=0.45),
+        model=dict(MOE_MODEL_SIZE),
         accuracy_band=(0.30, 0.70),
     ),
     "addition_sft": CheckpointPreset(

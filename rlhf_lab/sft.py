@@ -39,6 +39,13 @@ MODEL_SIZE: dict = dict(
     hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
     initializer_range=0.06,
 )
+# The MoE variant (data/checkpoints/README.md, "MoE model"): Qwen3-MoE style (the family of GSPO's
+# Qwen3-30B-A3B: q/k norm, renormalised top-k weights), 8 SwiGLU experts of width 88 per layer, top-2,
+# so each token's active MLP (2 x 88) has the dense model's width 176. The rest is MODEL_SIZE.
+MOE_MODEL_SIZE: dict = dict(
+    MODEL_SIZE, model_type="qwen3_moe", num_local_experts=8, num_experts_per_tok=2, moe_intermediate_size=88,
+    norm_topk_prob=True,
+)
 
 
 def lab_model_config(tokenizer, **overrides) -> ModelConfig:

@@ -51,11 +51,11 @@ CASES = [
 ]
 
 
-def build_hf(class_name: str, kwargs: dict, seed: int = 0):
+def build_hf(class_name: str, kwargs: dict, seed: int = 0, common: dict = COMMON):
     """A random transformers model whose every parameter matters: weights of std 0.1 (logits of
     order 1, not the near-zero ones of the 0.02 default), random norm gains and biases (a q_norm
     left out or a bias dropped changes the logits by far more than the tolerance)."""
-    config = getattr(transformers, class_name)(**COMMON, **kwargs)
+    config = getattr(transformers, class_name)(**common, **kwargs)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").float().eval()
     with torch.no_grad():

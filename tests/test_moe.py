@@ -15,8 +15,9 @@ from __future__ import annotations
 import math
 
 import pytest
+import test_families as families
 import torch
-from test_checkpoints import EPS32, SIGMAS, parity_tolerance
+from test_checkpoints import EPS32, parity_tolerance
 
 from rlhf_lab.model import (
     CheckpointError,
@@ -37,7 +38,7 @@ from rlhf_lab.sampling import SamplingConfig, generate
 transformers = pytest.importorskip("transformers")
 from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func  # noqa: E402
 
-VOCAB, HIDDEN, E, K = 96, 64, 6, 2
+VOCAB, HIDDEN, E, K = families.VOCAB, 64, 6, 2  # padded_batch draws ids below families.VOCAB
 COMMON = dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
               max_position_embeddings=64, rms_norm_eps=1e-6, pad_token_id=0, bos_token_id=1, eos_token_id=2,
               num_experts_per_tok=K, router_aux_loss_coef=0.01)
@@ -54,28 +55,14 @@ CASES = [
 
 
 def build_hf(class_name: str, kwargs: dict, seed: int = 0):
-    """A random transformers MoE model whose every parameter matters: weights of std 0.1 (router logits of
-    order 1, so the routing is decided, not a near-tie of ~0 logits), random norm gains."""
-    config = getattr(transformers, class_name)(**COMMON, **kwargs)
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").float().eval()
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
-                param.uniform_(0.5, 1.5)
-            else:
-                param.normal_(0.0, 0.1)
-    return model
+    """A random transformers MoE model (test_families' recipe: weights of std 0.1, so router logits are of
+    order 1 and the routing is decided, not a near-tie of ~0 logits; random norm gains)."""
+    return families.build_hf(class_name, kwargs, seed, common=COMMON)
 
 
 def padded_batch(seed: int = 1):
     """Three rows of different lengths, left-padded: (ids (3, 11), attention_mask (3, 11))."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.zeros((3, 11), dtype=torch.long)
-    mask = torch.zeros((3, 11), dtype=torch.long)
-    for row, n in enumerate([11, 7, 4]):
-        ids[row, 11 - n:] = torch.randint(3, VOCAB, (n,), generator=g)
-        mask[row, 11 - n:] = 1
+    ids, mask, _ = families.padded_batch(seed)
     return ids, mask
 
 
@@ -89,8 +76,8 @@ def assert_routing_margin(router_logits, top_k: int, tolerance: float) -> None:
 
 @pytest.fixture(scope="module", params=CASES, ids=[c[0] for c in CASES])
 def pair(request):
-    _, class_name, kwargs = request.param
-    hf = build_hf(class_name, kwargs)
+    """(transformers' random MoE model, the lab's copy of it)."""
+    hf = build_hf(*request.param[1:])
     return hf, from_hf(hf).eval()
 
 
