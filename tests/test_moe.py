@@ -389,3 +389,16 @@ def test_unsupported_moe_options_are_refused_by_name(model_type, options, named)
               **options}
     with pytest.raises(CheckpointError, match=named):
         config_from_hf(config)
+
+
+def test_released_config_keys_are_read():
+    """Qwen3-30B-A3B's config.json says "num_experts" (transformers writes "num_local_experts"); Mixtral's
+    says "num_local_experts" and has no norm_topk_prob (it always renormalises)."""
+    qwen = config_from_hf({"model_type": "qwen3_moe", **BASE, "num_experts": 128, "num_experts_per_tok": 8,
+                           "moe_intermediate_size": 8, "norm_topk_prob": True, "router_aux_loss_coef": 0.001})
+    assert (qwen.num_local_experts, qwen.num_experts_per_tok, qwen.expert_intermediate_size) == (128, 8, 8)
+    assert qwen.norm_topk_prob and qwen.qk_norm
+    mixtral = config_from_hf({"model_type": "mixtral", **BASE, "num_local_experts": 8, "num_experts_per_tok": 2,
+                              "sliding_window": None})
+    assert (mixtral.num_local_experts, mixtral.expert_intermediate_size, mixtral.norm_topk_prob) == (8, 16, True)
+    assert not mixtral.qk_norm
