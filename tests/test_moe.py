@@ -143,8 +143,14 @@ def test_cached_generation_equals_uncached_and_transformers(pair):
     ids, mask = padded_batch(4)
     steps = 8
     runs = {kind: generate(lab, ids, SamplingConfig(do_sample=False, max_new_tokens=steps), attention_mask=mask,
-                           cache=kind, stop_at_eos=False).completion_ids for kind in ("none", "static", "dynamic")}
-    assert torch.equal(runs["static"], runs["none"]) and torch.equal(runs["dynamic"], runs["none"])
+                           cache=kind, stop_at_eos=False).completion_ids for kind in ("none", "static", "dynamic", "paged")}
+    assert all(torch.equal(runs[kind], runs["none"]) for kind in ("static", "dynamic", "paged"))
+    # Cached and uncached decoding round differently (other matmul shapes); equal routing needs decided top-k.
+    full = torch.cat([ids, runs["static"]], 1)
+    with torch.no_grad():
+        routing = lab(full, attention_mask=torch.cat([mask, torch.ones_like(runs["static"])], 1)).router_logits
+    _, rtol = parity_tolerance(lab.config, routing[0])
+    assert_routing_margin([r[:, ids.shape[1] - 4:] for r in routing], K, 10 * rtol)  # the shortest prompt on
     with torch.no_grad():
         theirs = hf.generate(input_ids=ids, attention_mask=mask, max_new_tokens=steps, min_new_tokens=steps,
                              do_sample=False, pad_token_id=0, eos_token_id=None)[:, ids.shape[1]:]
@@ -155,6 +161,14 @@ def test_cached_generation_equals_uncached_and_transformers(pair):
 
 
 # ------------------------------------------------------------------------------------- aux losses
+
+def small_moe(seed: int = 0, model_type: str = "mixtral") -> LlamaModel:
+    torch.manual_seed(seed)
+    config = ModelConfig(model_type=model_type, vocab_size=VOCAB, hidden_size=32, intermediate_size=24,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, num_local_experts=E,
+                         num_experts_per_tok=K, initializer_range=0.2)
+    return LlamaModel(config).eval()
+
 
 def random_router_logits(seed: int, layers: int = 3, shape=(4, 9, E)):
     g = torch.Generator().manual_seed(seed)
@@ -211,15 +225,24 @@ def test_aux_loss_in_the_output_is_both_coefficients_over_real_tokens():
     assert dense.router_logits is None and dense.expert_indices is None and dense.aux_loss is None
 
 
+def test_sft_loss_adds_the_router_losses_over_real_tokens():
+    from rlhf_lab.sft import completion_loss
+
+    model = small_moe(3, "qwen3_moe")
+    ids = torch.randint(3, VOCAB, (2, 9), generator=torch.Generator().manual_seed(0))
+    ids[1, 6:] = model.config.pad_token_id  # right padding, as SFT batches have
+    loss_mask = torch.zeros(2, 9)
+    loss_mask[0, 4:], loss_mask[1, 4:6] = 1, 1
+    with torch.no_grad():
+        out = model(ids[:, :-1])
+        nll = torch.nn.functional.cross_entropy(out.logits.reshape(-1, VOCAB), ids[:, 1:].reshape(-1), reduction="none")
+        ce = (nll * loss_mask[:, 1:].reshape(-1)).sum() / loss_mask[:, 1:].sum()
+        aux = moe_aux_loss(model.config, out.router_logits, ids[:, :-1] != model.config.pad_token_id)
+        assert aux.item() != pytest.approx(out.aux_loss.item(), rel=1e-4)  # the padding is left out
+        assert completion_loss(model, ids, loss_mask).item() == pytest.approx((ce + aux).item(), rel=16 * EPS32)
+
+
 # ---------------------------------------------------------------------------------- routing replay
-
-def small_moe(seed: int = 0, model_type: str = "mixtral") -> LlamaModel:
-    torch.manual_seed(seed)
-    config = ModelConfig(model_type=model_type, vocab_size=VOCAB, hidden_size=32, intermediate_size=24,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, num_local_experts=E,
-                         num_experts_per_tok=K, initializer_range=0.2)
-    return LlamaModel(config).eval()
-
 
 def naive_moe(block: SparseMoeBlock, x: torch.Tensor, expert_indices: torch.Tensor) -> torch.Tensor:
     """The definition, token by token: y_n = sum_j w_nj * down_e(silu(gate_e(x_n)) * up_e(x_n)), e = indices[n, j],
@@ -366,3 +389,16 @@ def test_unsupported_moe_options_are_refused_by_name(model_type, options, named)
               **options}
     with pytest.raises(CheckpointError, match=named):
         config_from_hf(config)
+
+
+def test_released_config_keys_are_read():
+    """Qwen3-30B-A3B's config.json says "num_experts" (transformers writes "num_local_experts"); Mixtral's
+    says "num_local_experts" and has no norm_topk_prob (it always renormalises)."""
+    qwen = config_from_hf({"model_type": "qwen3_moe", **BASE, "num_experts": 128, "num_experts_per_tok": 8,
+                           "moe_intermediate_size": 8, "norm_topk_prob": True, "router_aux_loss_coef": 0.001})
+    assert (qwen.num_local_experts, qwen.num_experts_per_tok, qwen.expert_intermediate_size) == (128, 8, 8)
+    assert qwen.norm_topk_prob and qwen.qk_norm
+    mixtral = config_from_hf({"model_type": "mixtral", **BASE, "num_local_experts": 8, "num_experts_per_tok": 2,
+                              "sliding_window": None})
+    assert (mixtral.num_local_experts, mixtral.expert_intermediate_size, mixtral.norm_topk_prob) == (8, 16, True)
+    assert not mixtral.qk_norm

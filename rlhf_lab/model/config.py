@@ -52,7 +52,7 @@ class ModelConfig:
     model_type: str = "llama"  # one of MODEL_TYPES: which family's layer details (table above)
     vocab_size: int = 64
     hidden_size: int = 128
-    intermediate_size: int = 352
+    intermediate_size: int = 352  # SwiGLU width (mixtral: each expert's; qwen3_moe: dense layers', none here)
     num_hidden_layers: int = 4
     num_attention_heads: int = 4
     num_key_value_heads: int = 2

@@ -146,7 +146,7 @@ def refuse_unsupported(hf: dict) -> None:
 
 
 def config_from_hf(hf_config) -> ModelConfig:
-    """A transformers Llama / Qwen2 / Qwen3 config (or its dict) -> ModelConfig.
+    """A transformers Llama / Qwen2 / Qwen3 / Mixtral / Qwen3-MoE config (or its dict) -> ModelConfig.
 
     Raises CheckpointError for an option the lab's model does not implement (`refuse_unsupported`)."""
     hf = hf_config if isinstance(hf_config, dict) else hf_config.to_dict()
@@ -369,7 +369,7 @@ def _load_weights(folder: Path, checksums: dict) -> dict[str, torch.Tensor]:
 
 def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu",
                     attn_implementation: str | None = None) -> LlamaModel:
-    """Load a Hugging Face Llama / Qwen2 / Qwen3 folder (ours or any compatible one) into the lab's
+    """Load a Hugging Face Llama / Qwen2 / Qwen3 / Mixtral / Qwen3-MoE folder (ours or any compatible one) into the lab's
     model, in float32. `attn_implementation` ("eager" / "sdpa") overrides the saved choice."""
     folder = Path(folder)
     hf_dict = read_config(folder)

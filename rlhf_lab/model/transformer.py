@@ -313,10 +313,10 @@ class LlamaModel(nn.Module):
         with torch.autocast(device_type=kept.device.type, enabled=False):
             logits = F.linear(kept.float(), self.lm_head.weight.float())
         values = self.value_head(h).squeeze(-1).float() if self.value_head is not None else None
-        if not routing:
-            return ModelOutput(logits=logits, cache=cache, values=values, hidden_states=h)
-        router_logits = tuple(r for r, _ in routing)
-        real = attention_mask[:, -T:] if attention_mask is not None else None  # this call's tokens
-        return ModelOutput(logits=logits, cache=cache, values=values, hidden_states=h, router_logits=router_logits,
-                           expert_indices=tuple(e for _, e in routing),
-                           aux_loss=moe_aux_loss(self.config, router_logits, real))
+        if routing:  # MoE: the router outputs and the auxiliary loss over this call's non-padding tokens
+            router_logits = tuple(r for r, _ in routing)
+            real = attention_mask[:, -T:] if attention_mask is not None else None
+            return ModelOutput(logits=logits, cache=cache, values=values, hidden_states=h, router_logits=router_logits,
+                               expert_indices=tuple(e for _, e in routing),
+                               aux_loss=moe_aux_loss(self.config, router_logits, real))
+        return ModelOutput(logits=logits, cache=cache, values=values, hidden_states=h)
