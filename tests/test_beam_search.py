@@ -11,6 +11,7 @@ from rlhf_lab.sampling import BeamSearchConfig, beam_search, left_pad
 
 PROMPTS = [[1, 5, 9, 13, 7], [1, 20], [1, 8, 8, 30, 31, 32, 33, 4, 12], [1, 44, 45]]
 EPS = torch.finfo(torch.float32).eps
+PAD, EOS = 0, 2  # the lab's tokenizer: <pad>=0, <bos>=1, <eos>=2
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,8 @@ def prompts():
 def transformers_beam_search(hf_model, ids, mask, config: BeamSearchConfig, pad_id: int, eos_id: int):
     with torch.no_grad():
         return hf_model.generate(input_ids=ids, attention_mask=mask, pad_token_id=pad_id, eos_token_id=eos_id,
-                                 output_scores=True, return_dict_in_generate=True, **config.hf_generate_kwargs())
+                                 output_scores=True, return_dict_in_generate=True,
+                                 **config.hf_generate_kwargs())
 
 
 def assert_same_as_transformers(model, ours, theirs, config: BeamSearchConfig, logit_scale: float):
@@ -78,7 +80,7 @@ def test_equals_transformers_beam_search(model, hf, prompts, num_beams, length_p
     config = BeamSearchConfig(num_beams=num_beams, max_new_tokens=10, length_penalty=length_penalty,
                               early_stopping=early_stopping, num_return_sequences=num_beams)
     ours = beam_search(model, ids, config, attention_mask=mask)
-    theirs = transformers_beam_search(hf, ids, mask, config, model.config.pad_token_id, model.config.eos_token_id)
+    theirs = transformers_beam_search(hf, ids, mask, config, PAD, EOS)
     if length_penalty <= 1:  # hypotheses ended by EOS and by the length limit (2.0 favours long ones)
         assert (ours.completion_lengths < 10).any() and (ours.completion_lengths == 10).any()
     assert_same_as_transformers(model, ours, theirs, config, logit_scale(model, ids, mask))
@@ -90,7 +92,7 @@ def test_early_stopping_never_equals_transformers(model, hf, prompts, length_pen
     config = BeamSearchConfig(num_beams=4, max_new_tokens=10, length_penalty=length_penalty,
                               early_stopping="never", num_return_sequences=4)
     ours = beam_search(model, ids, config, attention_mask=mask)
-    theirs = transformers_beam_search(hf, ids, mask, config, model.config.pad_token_id, model.config.eos_token_id)
+    theirs = transformers_beam_search(hf, ids, mask, config, PAD, EOS)
     assert_same_as_transformers(model, ours, theirs, config, logit_scale(model, ids, mask))
 
 
@@ -99,11 +101,12 @@ def test_one_beam_is_greedy_as_in_transformers(model, hf, prompts):
     config = BeamSearchConfig(num_beams=1, max_new_tokens=10, length_penalty=0.0)
     ours = beam_search(model, ids, config, attention_mask=mask)
     with torch.no_grad():  # transformers runs greedy search for num_beams=1 (no sequences_scores)
-        theirs = hf.generate(input_ids=ids, attention_mask=mask, pad_token_id=0, eos_token_id=2,
+        theirs = hf.generate(input_ids=ids, attention_mask=mask, pad_token_id=PAD, eos_token_id=EOS,
                              **config.hf_generate_kwargs())
     assert torch.equal(ours.sequences, theirs)
     with torch.no_grad():  # the score is the hypothesis' summed log-probability (length_penalty 0)
-        logp = torch.log_softmax(model(ours.sequences, attention_mask=(ours.sequences != 0).long()).logits, -1)
+        logits = model(ours.sequences, attention_mask=(ours.sequences != PAD).long()).logits
+    logp = torch.log_softmax(logits, dim=-1)
     P = ours.prompt_width
     token_logp = logp[:, P - 1:-1].gather(-1, ours.sequences[:, P:, None]).squeeze(-1)
     inside = torch.arange(token_logp.shape[1])[None] < ours.completion_lengths[:, None]

@@ -201,7 +201,7 @@ class PagedKVCache:
         return self
 
     def release(self) -> PagedKVCache:
-        """Drop every sequence: all blocks return to the free list (what a server does when a request ends)."""
+        """Drop every sequence: all blocks return to the free list (as a server does when a request ends)."""
         return self.select([])
 
     def expand(self, repeats: int) -> PagedKVCache:

@@ -61,7 +61,8 @@ class BeamSearchConfig(Validated):
         num_beams: beams kept per prompt; 1 = greedy decoding.
         max_new_tokens: most tokens generated per hypothesis (EOS included).
         length_penalty: finished hypotheses are ranked by sum log p / generated_length ** length_penalty;
-            > 0 favours longer sequences, < 0 shorter ones, 0 ranks by the raw sum (transformers' default 1.0).
+            > 0 favours longer sequences, < 0 shorter ones, 0 ranks by the raw sum (transformers'
+            default 1.0).
         early_stopping: True, False or "never" (see the module docstring); transformers' default False.
         num_return_sequences: hypotheses returned per prompt, best first; at most num_beams.
     """
@@ -80,7 +81,8 @@ class BeamSearchConfig(Validated):
         # `1 in (True, False, "never")` is True in Python (1 == True): compare types as well.
         early = self.early_stopping if isinstance(self.early_stopping, (bool, str)) else repr(self.early_stopping)
         check_choice("early_stopping", early, EARLY_STOPPING_CHOICES)
-        check_number("num_return_sequences", self.num_return_sequences, low=1, high=self.num_beams, integer=True)
+        check_number("num_return_sequences", self.num_return_sequences, low=1, high=self.num_beams,
+                     integer=True)
 
     def hf_generate_kwargs(self) -> dict:
         """Keyword arguments for transformers' `model.generate` that mean the same thing (sampling off)."""
@@ -242,7 +244,8 @@ def beam_search(
         best = torch.topk(merged_scores, K).indices
         done_ids = torch.cat([done_ids, cand_ids], dim=1).gather(1, best[:, :, None].expand(B, K, T_max))
         done_scores = merged_scores.gather(1, best)
-        done_lengths = torch.cat([done_lengths, torch.full((B, C), t + 1, device=device)], dim=1).gather(1, best)
+        new_lengths = torch.full((B, C), t + 1, device=device)
+        done_lengths = torch.cat([done_lengths, new_lengths], dim=1).gather(1, best)
         is_done = torch.cat([is_done, new_done], dim=1).gather(1, best)
 
         # Stop? A prompt is settled when its best running beam, at the best length it could still
@@ -269,7 +272,8 @@ def beam_search(
     R = config.num_return_sequences
     lengths = done_lengths[:, :R].reshape(-1)
     width = int(lengths.max())
-    sequences = torch.cat([prompt_ids.repeat_interleave(R, dim=0), done_ids[:, :R, :width].reshape(B * R, width)], 1)
+    hypotheses = done_ids[:, :R, :width].reshape(B * R, width)
+    sequences = torch.cat([prompt_ids.repeat_interleave(R, dim=0), hypotheses], dim=1)
     cow_copies = 0
     if isinstance(kv, PagedKVCache):
         cow_copies = kv.cow_copies
@@ -280,7 +284,8 @@ def beam_search(
                             cow_copies=cow_copies, cache=kv)
 
 
-def _greedy(model, prompt_ids, prompt_mask, config: BeamSearchConfig, cache: str, block_size: int) -> BeamSearchOutput:
+def _greedy(model, prompt_ids, prompt_mask, config: BeamSearchConfig, cache: str,
+            block_size: int) -> BeamSearchOutput:
     """num_beams = 1: greedy decoding; the score is the one beam search would give the hypothesis."""
     extra = {"block_size": block_size} if cache == "paged" else {}
     sampling = SamplingConfig.greedy(max_new_tokens=config.max_new_tokens, return_logprobs=True)
