@@ -147,15 +147,18 @@ def test_blocks_refcounted_shared_and_isolated(model, prompts, block_size):
     ids, mask = prompts
     snapshots = []
 
-    def check(step, cache, parents):
+    def check(step, cache, parents, sequences):
         cache.check_invariants()
+        assert sequences.shape == (len(cache.block_table_rows()), cache.length)
         layers = [cache.read(layer) for layer in range(model.config.num_hidden_layers)]
         if snapshots:
-            for (keys, values), (old_keys, old_values) in zip(layers, snapshots[-1]):
+            old_sequences, old_layers = snapshots[-1]
+            assert torch.equal(sequences[:, :-1], old_sequences[parents])  # each beam extends its parent
+            for (keys, values), (old_keys, old_values) in zip(layers, old_layers):
                 S = old_keys.shape[2]
                 assert torch.equal(keys[:, :, :S], old_keys[parents])
                 assert torch.equal(values[:, :, :S], old_values[parents])
-        snapshots.append(layers)
+        snapshots.append((sequences, layers))
 
     config = BeamSearchConfig(num_beams=4, max_new_tokens=10, num_return_sequences=4)
     out = beam_search(model, ids, config, attention_mask=mask, block_size=block_size, on_step=check)

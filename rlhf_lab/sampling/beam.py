@@ -155,7 +155,7 @@ def beam_search(
     attention_mask: torch.Tensor | None = None,
     cache: str = "paged",
     block_size: int = 16,
-    on_step: Callable[[int, object, torch.Tensor], None] | None = None,
+    on_step: Callable[[int, object, torch.Tensor, torch.Tensor], None] | None = None,
 ) -> BeamSearchOutput:
     """Beam search for a batch of prompts (left-padded), as transformers' `generate(num_beams=...)`.
 
@@ -166,9 +166,10 @@ def beam_search(
         config: `BeamSearchConfig`; default 4 beams, 16 new tokens.
         cache: "paged" (beams share blocks), or a contiguous "static" / "dynamic" cache (beams copied).
         block_size: tokens per block of the paged cache.
-        on_step: called after every decoding forward as on_step(step, cache, parents), with parents
-            (B * num_beams,) the row each beam continued from (for inspecting the cache; not with
-            num_beams = 1).
+        on_step: called after every decoding forward as on_step(step, cache, parents, sequences), with
+            parents (B * num_beams,) the row each beam continued from and sequences (B * num_beams,
+            P + step + 1) the beams' tokens so far, prompt included (for inspecting or drawing the
+            cache; not called with num_beams = 1).
 
     Returns a `BeamSearchOutput`; with cache="paged" it records the blocks in use at every step.
     """
@@ -267,7 +268,8 @@ def beam_search(
             blocks_in_use.append(kv.blocks_in_use())
             blocks_if_contiguous.append(kv.blocks_if_contiguous())
         if on_step is not None:
-            on_step(t, kv, parents)
+            generated = running_ids[:, :, : t + 1].reshape(B * K, t + 1)
+            on_step(t, kv, parents, torch.cat([prompt_ids.repeat_interleave(K, dim=0), generated], dim=1))
 
     R = config.num_return_sequences
     lengths = done_lengths[:, :R].reshape(-1)
@@ -299,4 +301,27 @@ def _greedy(model, prompt_ids, prompt_mask, config: BeamSearchConfig, cache: str
                             num_return_sequences=1, steps=out.timings["steps"], cache=out.cache)
 
 
-__all__ = ["BEAM_CACHE_KINDS", "BeamSearchConfig", "BeamSearchOutput", "beam_search", "reorder_cache"]
+def measure_block_sharing(model, prompts, num_beams=(2, 4, 8), block_sizes=(1, 4, 16), *, tokenizer=None,
+                          max_new_tokens: int = 8, length_penalty: float = 1.0,
+                          early_stopping: bool | str = False) -> list[dict]:
+    """Beam search on the paged cache for every (num_beams, block_size): blocks in use against
+    contiguous per-beam caches of the same lengths, peak and mean over the steps (`block_usage`).
+
+    Returns one dict per run: num_beams, block_size, steps, peak/mean paged and contiguous blocks,
+    the shares saved, copy-on-write copies, and whether the hypotheses equal those of block_size 1
+    (the block size must not change the result).
+    """
+    rows = []
+    for beams in num_beams:
+        config = BeamSearchConfig(num_beams=beams, max_new_tokens=max_new_tokens, length_penalty=length_penalty,
+                                  early_stopping=early_stopping)
+        reference = None
+        for block_size in block_sizes:
+            out = beam_search(model, prompts, config, tokenizer=tokenizer, block_size=block_size)
+            reference = out.sequences if reference is None else reference
+            rows.append({"num_beams": beams, "block_size": block_size, "steps": out.steps, **out.block_usage(),
+                         "cow_copies": out.cow_copies, "same hypotheses": torch.equal(out.sequences, reference)})
+    return rows
+
+
+__all__ = ["BEAM_CACHE_KINDS", "BeamSearchConfig", "BeamSearchOutput", "beam_search", "measure_block_sharing", "reorder_cache"]
