@@ -7,7 +7,7 @@ import torch
 
 from rlhf_lab.checkpoints import load_checkpoint
 from rlhf_lab.model import LlamaModel, ModelConfig, to_hf
-from rlhf_lab.sampling import BeamSearchConfig, beam_search, left_pad
+from rlhf_lab.sampling import BeamSearchConfig, beam_search, left_pad, measure_block_sharing
 
 PROMPTS = [[1, 5, 9, 13, 7], [1, 20], [1, 8, 8, 30, 31, 32, 33, 4, 12], [1, 44, 45]]
 EPS = torch.finfo(torch.float32).eps
@@ -197,3 +197,15 @@ def test_settings_are_validated(model, prompts):
         beam_search(model, ids, config, attention_mask=mask, cache="int8")
     with pytest.raises(ValueError, match="max_new_tokens must be <="):
         beam_search(model, ids, BeamSearchConfig(num_beams=2, max_new_tokens=60), attention_mask=mask)
+
+
+def test_measure_block_sharing_rows(model):
+    rows = measure_block_sharing(model, PROMPTS, num_beams=(2, 4), block_sizes=(1, 16), max_new_tokens=6)
+    assert [(r["num_beams"], r["block_size"]) for r in rows] == [(2, 1), (2, 16), (4, 1), (4, 16)]
+    for row in rows:
+        assert row["same hypotheses"]  # the block size is bookkeeping: it never changes the result
+        assert row["peak_paged"] <= row["peak_contiguous"] and 0 <= row["mean_saved"] < 1
+    # One token per block: a shared block is always full, so nothing is ever copied; 16-token blocks
+    # hold the prompt's last, partially filled block, which the beams share and then copy on write.
+    assert rows[0]["cow_copies"] == rows[2]["cow_copies"] == 0
+    assert rows[1]["cow_copies"] > 0 and rows[3]["cow_copies"] > 0

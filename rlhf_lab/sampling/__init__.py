@@ -6,6 +6,7 @@ from rlhf_lab.sampling.beam import (
     BeamSearchConfig,
     BeamSearchOutput,
     beam_search,
+    measure_block_sharing,
     reorder_cache,
 )
 from rlhf_lab.sampling.config import SamplingConfig
@@ -30,6 +31,7 @@ __all__ = [
     "BeamSearchConfig",
     "BeamSearchOutput",
     "beam_search",
+    "measure_block_sharing",
     "reorder_cache",
     "CACHE_KINDS",
     "GenerationOutput",
