@@ -14,6 +14,8 @@ Forking a sequence (G samples of one prompt) copies its block table, not its dat
 the prompt is referenced G times. A block is copied only when a sequence is about to write into a
 block that someone else still references (copy-on-write), which happens at most once per
 sequence, for the prompt's partially filled last block; full prompt blocks stay shared forever.
+Beam search (`rlhf_lab.sampling.beam_search`) reorders rows every step with `select`: a beam's
+children share its blocks, and each child copies the shared partial block when it writes into it.
 
 The attention kernel here is ordinary SDPA, so `update` gathers each row's blocks back into a
 dense (B, K, S, D) tensor; vLLM's kernel reads the blocks in place instead. What this module
@@ -50,6 +52,8 @@ class PagedKVCache:
         device, dtype: of the pools.
 
     Interface (shared with `DynamicCache` / `StaticCache`): `update`, `get_seq_length`, `expand`, `nbytes`.
+    Sharing: `select` (keep / repeat / reorder rows: parallel samples, beam search), `fork`, `release`.
+    Inspection: `read`, `blocks_in_use`, `blocks_if_contiguous`, `refcounts`, `check_invariants`.
     """
 
     def __init__(
