@@ -14,6 +14,8 @@ Forking a sequence (G samples of one prompt) copies its block table, not its dat
 the prompt is referenced G times. A block is copied only when a sequence is about to write into a
 block that someone else still references (copy-on-write), which happens at most once per
 sequence, for the prompt's partially filled last block; full prompt blocks stay shared forever.
+Beam search (`rlhf_lab.sampling.beam_search`) reorders rows every step with `select`: a beam's
+children share its blocks, and each child copies the shared partial block when it writes into it.
 
 The attention kernel here is ordinary SDPA, so `update` gathers each row's blocks back into a
 dense (B, K, S, D) tensor; vLLM's kernel reads the blocks in place instead. What this module
@@ -50,6 +52,8 @@ class PagedKVCache:
         device, dtype: of the pools.
 
     Interface (shared with `DynamicCache` / `StaticCache`): `update`, `get_seq_length`, `expand`, `nbytes`.
+    Sharing: `select` (keep / repeat / reorder rows: parallel samples, beam search), `fork`, `release`.
+    Inspection: `read`, `blocks_in_use`, `blocks_if_contiguous`, `refcounts`, `check_invariants`.
     """
 
     def __init__(
@@ -150,19 +154,29 @@ class PagedKVCache:
             raise ValueError(f"PagedKVCache holds {len(self.block_tables)} sequences, got a batch of {B}")
         if layer_idx == 0:
             self._prepare_write(T, key.device)
-        bs = self.block_size
-        S = self.length + T
-        out = []
         for pool, new in ((self.key_pool[layer_idx], key), (self.value_pool[layer_idx], value)):
-            flat = pool.view(self.num_blocks * bs, K, D)  # slot-major view of the pool
+            flat = pool.view(self.num_blocks * self.block_size, K, D)  # slot-major view of the pool
             flat.index_copy_(0, self._slots, new.transpose(1, 2).reshape(B * T, K, D).to(pool.dtype))
-            # Gather through the block table: (B, n_blocks, bs, K, D) -> (B, n_blocks * bs, K, D),
-            # keep the first S slots, then -> (B, K, S, D)
-            gathered = pool[self._table].reshape(B, -1, K, D)[:, :S]
-            out.append(gathered.transpose(1, 2))
+        keys, values = self._gather(layer_idx, self._table, self.length + T)
         if layer_idx == self.num_layers - 1:
-            self.length = S
-        return out[0], out[1]
+            self.length += T
+        return keys, values
+
+    def _gather(self, layer_idx: int, table: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Read `length` positions of every row through `table` (B, n_blocks): keys, values (B, K, S, D)."""
+        B, K, D = table.shape[0], self.num_kv_heads, self.head_dim
+        # (B, n_blocks, bs, K, D) -> (B, n_blocks * bs, K, D), keep the first `length` slots -> (B, K, S, D).
+        # Made contiguous so that attention reads the same (K, S, D) layout as from a contiguous cache:
+        # the kernels then add in the same order, and paged and contiguous decoding agree bit for bit.
+        return tuple(pool[table].reshape(B, -1, K, D)[:, :length].transpose(1, 2).contiguous()
+                     for pool in (self.key_pool[layer_idx], self.value_pool[layer_idx]))
+
+    def read(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cached keys and values of layer `layer_idx` for every sequence, (B, K, S, D) each (a copy).
+
+        For inspection and tests: what the next forward's attention will read for each row."""
+        table = torch.tensor(self.block_tables, dtype=torch.long, device=self.key_pool[0].device)
+        return self._gather(layer_idx, table.reshape(len(self.block_tables), -1), self.length)
 
     def get_seq_length(self) -> int:
         return self.length
@@ -189,6 +203,10 @@ class PagedKVCache:
         self.block_tables = new_tables
         self._slots = self._table = None
         return self
+
+    def release(self) -> PagedKVCache:
+        """Drop every sequence: all blocks return to the free list (as a server does when a request ends)."""
+        return self.select([])
 
     def expand(self, repeats: int) -> PagedKVCache:
         """Row b becomes rows b*repeats .. b*repeats + repeats - 1, sharing b's blocks (no data copied).
@@ -232,6 +250,20 @@ class PagedKVCache:
     def block_table_rows(self) -> list[list[int]]:
         """Each sequence's block table as Python lists (logical block i -> physical id), for pictures."""
         return [list(table) for table in self.block_tables]
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError unless the bookkeeping is consistent: every block's refcount equals the
+        number of block-table entries pointing at it (so none is negative), the free list holds exactly
+        the blocks with refcount 0, each once, and every table has ceil(length / block_size) blocks."""
+        counts = [0] * self.num_blocks
+        for table in self.block_tables:
+            for block in table:
+                counts[block] += 1
+        assert all(c >= 0 for c in self.refcount), "negative refcount"
+        assert counts == self.refcount, "a refcount differs from the number of tables pointing at the block"
+        assert sorted(self.free_list) == [b for b in range(self.num_blocks) if counts[b] == 0], "free list"
+        needed = math.ceil(self.length / self.block_size)
+        assert all(len(table) == needed for table in self.block_tables), "a block table has the wrong length"
 
     def refcounts(self, row: int) -> list[int]:
         """Reference count of each block in row `row`'s table (> 1 = shared with another sequence)."""

@@ -1,6 +1,14 @@
-"""Sampling: logits processors (repetition penalty, no-repeat-ngram, temperature, top-k, top-p, min-p)
-and, in generate.py, batched generation with the KV cache."""
+"""Sampling: logits processors (repetition penalty, no-repeat-ngram, temperature, top-k, top-p, min-p),
+in generate.py batched generation with the KV cache, and in beam.py beam search on the paged cache."""
 
+from rlhf_lab.sampling.beam import (
+    BEAM_CACHE_KINDS,
+    BeamSearchConfig,
+    BeamSearchOutput,
+    beam_search,
+    measure_block_sharing,
+    reorder_cache,
+)
 from rlhf_lab.sampling.config import SamplingConfig
 from rlhf_lab.sampling.generate import CACHE_KINDS, GenerationOutput, complete, generate, left_pad, make_cache
 from rlhf_lab.sampling.processors import (
@@ -19,6 +27,12 @@ from rlhf_lab.sampling.processors import (
 )
 
 __all__ = [
+    "BEAM_CACHE_KINDS",
+    "BeamSearchConfig",
+    "BeamSearchOutput",
+    "beam_search",
+    "measure_block_sharing",
+    "reorder_cache",
     "CACHE_KINDS",
     "GenerationOutput",
     "complete",
