@@ -11,6 +11,7 @@ under the distribution it was drawn from (after temperature and filters): the ro
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from collections.abc import Sequence
@@ -148,8 +149,7 @@ def generate(
     check_number("num_return_sequences", num_return_sequences, low=1, integer=True)
     mc = model.config
     device = model.device
-    pad_id, eos_id = mc.pad_token_id, mc.eos_token_id
-    prompt_ids, prompt_mask = _encode_prompts(prompts, tokenizer, attention_mask, pad_id, device)
+    prompt_ids, prompt_mask = _encode_prompts(prompts, tokenizer, attention_mask, mc.pad_token_id, device)
     B, P = prompt_ids.shape
     G, T_max = num_return_sequences, config.max_new_tokens
     if generator is None:
@@ -167,6 +167,18 @@ def generate(
     check_memory(generation_bytes(mc, B * G, P, T_max, dtype.itemsize), device,
                  f"generating {B * G} sequences of {P} + {T_max} tokens", "max_new_tokens or the batch")
 
+    # Stacked q|k|v and gate|up weights for the length of the call (the weights cannot change meanwhile).
+    fused = model.fused_projections() if hasattr(model, "fused_projections") else contextlib.nullcontext()
+    with fused:
+        return _generate(model, prompt_ids, prompt_mask, config, G, generator, cache, stop_at_eos, dtype,
+                         cache_kwargs)
+
+
+def _generate(model, prompt_ids, prompt_mask, config, G, generator, cache, stop_at_eos, dtype, cache_kwargs):
+    """The body of `generate`, its arguments checked: prefill, then the decode loop."""
+    mc, device = model.config, prompt_ids.device
+    pad_id, eos_id = mc.pad_token_id, mc.eos_token_id
+    (B, P), T_max = prompt_ids.shape, config.max_new_tokens
     t0 = time.perf_counter()
     if cache == "paged":
         cache_kwargs.setdefault("max_sequences", B * G)  # the pool must hold every sample after expand
