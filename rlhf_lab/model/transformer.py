@@ -39,7 +39,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if _fused_rms_norm is not None:  # one fused kernel, same formula (torch >= 2.4)
+        if _fused_rms_norm is not None:  # one call, same formula (torch >= 2.4)
+            if x.dtype == torch.float32:  # nothing to cast (the common case: skips two calls per norm)
+                return self.weight * _fused_rms_norm(x, (x.shape[-1],), eps=self.eps)
             return self.weight * _fused_rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -350,8 +352,11 @@ class LlamaModel(nn.Module):
         kept = h[:, -num_logits_to_keep:] if num_logits_to_keep else h
         # Logits in float32 even under bf16 autocast or with bf16 weights: log-probs and the PPO/GRPO
         # ratio exp(log pi - log pi_old) are differences of nearly equal numbers, and bf16 keeps 8 bits.
-        with torch.autocast(device_type=kept.device.type, enabled=False):
-            logits = F.linear(kept.float(), self.lm_head.weight.float())
+        if kept.dtype == self.lm_head.weight.dtype == torch.float32 and not torch.is_autocast_enabled(kept.device.type):
+            logits = F.linear(kept, self.lm_head.weight)  # already float32, and no autocast to turn off
+        else:
+            with torch.autocast(device_type=kept.device.type, enabled=False):
+                logits = F.linear(kept.float(), self.lm_head.weight.float())
         values = self.value_head(h).squeeze(-1).float() if self.value_head is not None else None
         return ModelOutput(logits=logits, cache=cache, values=values, hidden_states=h)
 
