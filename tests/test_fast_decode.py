@@ -13,6 +13,7 @@ import torch
 from rlhf_lab.checkpoints import load_checkpoint
 from rlhf_lab.model import LlamaModel, ModelConfig
 from rlhf_lab.model.rope import RotaryEmbedding
+from rlhf_lab.model.transformer import build_attention_mask
 from rlhf_lab.sampling import (
     SamplingConfig,
     generate,
@@ -133,3 +134,15 @@ def test_sample_next_token_checks_removed_rows_only_when_asked():
     assert tokens.tolist() == [2] and logprobs is None
     tokens, _ = sample_next_token(scores, greedy, check_removed=False)  # no check: no error, no sync
     assert tokens[0].item() == 2
+
+
+def test_decoding_step_mask_is_the_padding_mask_with_the_query_visible():
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 1, 1, 1, 0]])  # last row: a padding query
+    got = build_attention_mask(mask, num_new=1, past_len=4, device=torch.device("cpu"))
+    # By the definition: key s visible to the query at position 4 when s <= 4, not padding, or s is itself.
+    expected = torch.tensor([[(s <= 4 and bool(row[s])) or s == 4 for s in range(5)] for row in mask.tolist()])
+    assert got.shape == (3, 1, 1, 5)
+    assert torch.equal(got[:, 0, 0], expected)
+    assert mask[2, 4] == 0  # the caller's mask is not modified
+    with pytest.raises(ValueError, match="covers 5 positions"):
+        build_attention_mask(mask, num_new=1, past_len=5, device=torch.device("cpu"))
