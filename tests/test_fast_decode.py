@@ -146,3 +146,21 @@ def test_decoding_step_mask_is_the_padding_mask_with_the_query_visible():
     assert mask[2, 4] == 0  # the caller's mask is not modified
     with pytest.raises(ValueError, match="covers 5 positions"):
         build_attention_mask(mask, num_new=1, past_len=5, device=torch.device("cpu"))
+
+
+def test_exponential_race_draws_what_multinomial_draws():
+    torch.manual_seed(0)
+    scores = torch.randn(64, 58) * 2
+    scores[:, :5] = float("-inf")  # removed tokens are never drawn
+    config = SamplingConfig(do_sample=True)
+    ours, _ = sample_next_token(scores, config, torch.Generator().manual_seed(11), return_logprobs=False)
+    theirs = torch.multinomial(scores.softmax(-1), 1, generator=torch.Generator().manual_seed(11)).squeeze(1)
+    assert torch.equal(ours, theirs)  # same random numbers, same tokens: seeded histories unchanged
+    assert (ours >= 5).all()
+    # And it samples the right distribution: 20000 draws of one row, each frequency within 5 standard
+    # errors sqrt(p (1 - p) / n) of its probability.
+    row = torch.tensor([[0.0, 1.0, 2.0, -1.0]]).expand(20000, 4)
+    tokens, _ = sample_next_token(row, config, torch.Generator().manual_seed(0), return_logprobs=False)
+    p = row[0].softmax(-1)
+    frequency = torch.bincount(tokens, minlength=4).float() / len(tokens)
+    assert ((frequency - p).abs() <= 5 * (p * (1 - p) / len(tokens)).sqrt()).all()
