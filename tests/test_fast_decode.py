@@ -11,9 +11,8 @@ import pytest
 import torch
 
 from rlhf_lab.checkpoints import load_checkpoint
-from rlhf_lab.model import LlamaModel, ModelConfig
+from rlhf_lab.model import LlamaModel, ModelConfig, build_attention_mask
 from rlhf_lab.model.rope import RotaryEmbedding
-from rlhf_lab.model.transformer import build_attention_mask
 from rlhf_lab.sampling import (
     SamplingConfig,
     generate,
