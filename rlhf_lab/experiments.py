@@ -22,7 +22,7 @@ import pandas as pd
 from .atomic import FolderLock, write_text_atomic
 from .callbacks import ProgressBar
 from .rl import Trainer, make_config
-from .run_state import Checkpointer, has_state, signals_deferred
+from .run_state import Checkpointer, has_state, remaining, signals_deferred
 from .validation import check_number
 
 
@@ -126,10 +126,7 @@ def train_run(config, out_dir: str | Path, progress: bool = True, save_checkpoin
         if progress:
             trainer.add_callback(ProgressBar(total))
         start = time.perf_counter()
-        steps_left = max(config.steps - trainer.step, 0)
-        budget_left = None if config.time_budget is None else config.time_budget - trainer.train_time
-        if budget_left is not None and budget_left <= 0:  # a resumed run whose clock had run out
-            steps_left, budget_left = 0, None
+        steps_left, budget_left = remaining(trainer)
         trainer.train(steps=steps_left, time_budget=budget_left)  # 0 steps still finishes a cut evaluation
         with signals_deferred():
             write_text_atomic(out / "history.csv", trainer.history.to_csv(index=False))

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from .atomic import signals_deferred, write_text_atomic
 from .checkpoints import CHECKPOINT_DIR
 from .device import describe
 from .evaluate import greedy_accuracy
@@ -96,6 +97,10 @@ def build_checkpoint(
     preset: str | CheckpointPreset,
     out_dir: str | os.PathLike = CHECKPOINT_DIR,
     progress: bool = True,
+    state_dir: str | os.PathLike | None = None,
+    save_every: int = 10,
+    resume_hint: str | None = None,
+    history_path: str | os.PathLike | None = None,
     **overrides,
 ) -> dict:
     """Train `preset` with SFT and save it as `out_dir/<name>` (a Hugging Face Llama folder).
@@ -104,6 +109,8 @@ def build_checkpoint(
     like the config itself. The held-out accuracy is measured after training on the whole test split
     (`n_test` problems), in float32 on CPU, exactly as `load_checkpoint` users will measure it, and
     saved in config.json["rlhf_lab"].
+    `state_dir`, `save_every`, `resume_hint`: a resumable run (`train_sft`; the CLI's `sft --resume`).
+    `history_path`: where to write the training history as CSV (None: not written).
     Returns that metadata.
     """
     preset = get_preset(preset) if isinstance(preset, str) else preset
@@ -112,7 +119,8 @@ def build_checkpoint(
     torch.manual_seed(config.seed)
     model = LlamaModel(lab_model_config(tokenizer, **preset.model))
     start, start_cpu = time.perf_counter(), time.process_time()
-    model, history = train_sft(config, tokenizer, model=model, progress=progress)
+    model, history = train_sft(config, tokenizer, model=model, progress=progress, state_dir=state_dir,
+                               save_every=save_every, resume_hint=resume_hint)
     train_seconds, train_cpu_seconds = time.perf_counter() - start, time.process_time() - start_cpu
     model = model.float().cpu().eval()
 
@@ -140,7 +148,10 @@ def build_checkpoint(
         "command": f"python -m rlhf_lab sft --preset {preset.name}",
         "overrides": dict(overrides),  # SFTConfig fields changed from the preset ({} for the shipped ones)
     }
-    save_pretrained(model, Path(out_dir) / preset.name, tokenizer=tokenizer, metadata=metadata)
+    with signals_deferred():  # a stop during the writes waits for them (each one is atomic)
+        if history_path is not None:
+            write_text_atomic(history_path, history.to_csv(index=False))
+        save_pretrained(model, Path(out_dir) / preset.name, tokenizer=tokenizer, metadata=metadata)
     return metadata
 
 
