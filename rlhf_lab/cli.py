@@ -122,7 +122,12 @@ def run_sft(args: argparse.Namespace) -> int:
         dataclasses.replace(get_preset(name).sft, **overrides)
     outputs = (RUN_FILE, STATE_FOLDER, *names, *map(sft_history_file, names))
     with FolderLock(out), removed_if_refused(out):
-        prepare_output_folder(out, outputs, resume=bool(args.resume), overwrite=args.overwrite)
+        finished = [name for name in names if (out / name).exists()]
+        if finished and not (args.resume or args.overwrite or (out / RUN_FILE).exists()):
+            raise ValueError(f"{out} already holds the checkpoint(s) {', '.join(finished)}; pass --overwrite to "
+                             "retrain them, or choose another --out")
+        prepare_output_folder(out, outputs, resume=bool(args.resume), overwrite=args.overwrite,
+                              kept=("README.md", *PRESETS, *map(sft_history_file, PRESETS)))
         with signals_deferred():
             write_text_atomic(out / RUN_FILE, json.dumps({"command": "sft", "presets": names, "overrides": overrides},
                                                          indent=2) + "\n")

@@ -70,12 +70,14 @@ def output_folder(out_dir: str | Path) -> Path:
     return Path(out_dir)
 
 
-def prepare_output_folder(out: Path, outputs: tuple, resume: bool, overwrite: bool) -> None:
+def prepare_output_folder(out: Path, outputs: tuple, resume: bool, overwrite: bool, kept: tuple = ()) -> None:
     """Refuse to mix two runs in one folder. A folder holding a run is continued (`resume`), or its
     run's files (`outputs`, nothing else) are deleted (`overwrite`); a folder holding other files
-    is used only with `overwrite`, which leaves them alone."""
+    is used only with `overwrite`, which leaves them alone. Files named in `kept` may be there and
+    are left alone (the sft command's folder of checkpoints: README.md, the other presets)."""
     run_files = [name for name in outputs if (out / name).exists()]
-    others = [p.name for p in out.iterdir() if not p.name.startswith(".") and p.name not in outputs] if out.is_dir() else []
+    others = [p.name for p in out.iterdir()
+              if not p.name.startswith(".") and p.name not in outputs and p.name not in kept] if out.is_dir() else []
     if run_files and not (resume or overwrite):
         raise OutputFolderError(f"{out} already holds a run ({', '.join(run_files)}); pass --resume to continue it, "
                                 "--overwrite to replace it, or choose another --out")

@@ -240,7 +240,11 @@ def test_a_sigterm_stopped_sft_cli_run_resumes_to_the_uninterrupted_history(tmp_
     capsys.readouterr()
     with pytest.raises(SystemExit) as exc:  # the finished checkpoint is not replaced without --overwrite
         main(["sft", *SFT_RUN, "--out", str(out)])
-    assert exc.value.code == 2 and "already holds a run" in capsys.readouterr().err
+    assert exc.value.code == 2 and "already holds the checkpoint(s) addition_sft; pass --overwrite" in capsys.readouterr().err
+    (out / "notes.txt").write_text("mine")  # a folder of checkpoints takes another preset, not foreign files
+    with pytest.raises(SystemExit) as exc:
+        main(["sft", *SFT_RUN, "--preset", "addition_rl_start", "--out", str(out)])
+    assert exc.value.code == 2 and "is not empty (notes.txt)" in capsys.readouterr().err
 
 
 def test_an_sft_run_refuses_a_folder_in_use_and_settings_a_resume_would_change(tmp_path, capsys):
