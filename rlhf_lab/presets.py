@@ -15,7 +15,8 @@ Offline side only (it imports the SFT trainer); loading a checkpoint is `rlhf_la
 |                         | replay and GSPO's MoE argument                                          |
 
 Each preset is an `SFTConfig` plus the model size (`lab_model_config` keyword arguments). The
-checkpoints are regenerated with `python -m rlhf_lab sft --preset all` (`build_checkpoint` below),
+checkpoints are regenerated with `python -m rlhf_lab sft --preset all --overwrite` (`build_checkpoint` below;
+`--resume data/checkpoints` continues it after a stop),
 deterministically for a seed on CPU: same seed, same weights. The held-out set is the task's test
 split for `data_seed` (the one the RL trainer evaluates on), so the accuracy recorded next to a
 checkpoint is the number a notebook will measure. `write_readme` regenerates the table of
