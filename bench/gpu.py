@@ -72,6 +72,7 @@ def main(argv=None) -> int:
     from rlhf_lab.rl.trainer import Trainer
     from rlhf_lab.sampling import SamplingConfig, generate
     from rlhf_lab.scale_up import (
+        describe_parameters,
         estimate_training_memory,
         known_config,
         load_model,
@@ -103,7 +104,7 @@ def main(argv=None) -> int:
         model, source = LlamaModel(config), f"{args.shape} shapes, random weights"
     model = model.to(device).eval()
     lines = [f"# GPU benchmark, {date.today()}", "", f"- device: {describe(device)}", f"- model: {source}, "
-             f"{model.num_parameters() / 1e6:.1f} M parameters", ""]
+             f"{describe_parameters(model.config)}", ""]
 
     # ---- generation: the lab (static cache, SDPA, bf16 autocast) vs transformers' generate (bf16 weights)
     prompts = torch.randint(10, tokenizer.vocab_size, (args.batch, args.prompt_len), device=device,

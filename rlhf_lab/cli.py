@@ -1,13 +1,14 @@
 """`python -m rlhf_lab COMMAND ...`: the lab's command line.
 
     python -m rlhf_lab data                                   # task datasets -> data/tasks/
-    python -m rlhf_lab sft --preset all                       # retrain the shipped checkpoints
+    python -m rlhf_lab sft --preset all --overwrite           # retrain the shipped checkpoints
     python -m rlhf_lab sft --preset addition_sft --steps 500 --out /tmp/checkpoints
+    python -m rlhf_lab sft --resume /tmp/checkpoints                   # after Ctrl-C, SIGTERM, a kill or a crash
     python -m rlhf_lab train --algo grpo --steps 200 --out runs/grpo   # saves a resumable state every 10 steps
     python -m rlhf_lab train --resume runs/grpo                        # after Ctrl-C, SIGTERM, a kill or a crash
 
-A training run owns its --out folder (a lock; another run there is refused unless --resume or
---overwrite). SIGINT and SIGTERM stop it cleanly with exit status 130, after saving.
+A training run (train, compare, sft) owns its --out folder (a lock; another run there is refused
+unless --resume or --overwrite). SIGINT and SIGTERM stop it cleanly with exit status 130, after saving.
 
 Each command is a pair: `add_<command>_parser(subparsers)` declares its arguments and
 `run_<command>(args) -> exit code` runs it; `COMMANDS` maps the name to the runner. A new command
@@ -22,7 +23,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from .validation import check_number
+from .validation import check_known, check_number
 
 # ---------------------------------------------------------------------------------------------- data
 
@@ -51,44 +52,105 @@ def run_data(args: argparse.Namespace) -> int:
 
 
 def add_sft_parser(subparsers) -> None:
-    from .checkpoints import CHECKPOINT_DIR
     from .presets import PRESETS
 
     parser = subparsers.add_parser(
         "sft", help="supervised fine-tuning: (re)generate the shipped checkpoints",
         description="Train a checkpoint preset with SFT and save it as a Hugging Face Llama folder "
-                    "OUT/<preset>, then rewrite OUT/README.md. Deterministic for a seed on CPU.",
+                    "OUT/<preset>, with its history OUT/<preset>.history.csv, then rewrite OUT/README.md. "
+                    "Deterministic for a seed on CPU. The run owns OUT while it trains (run.json, and the "
+                    "resumable state in OUT/resume/, both removed once every checkpoint is written).",
     )
-    parser.add_argument("--preset", required=True, choices=[*PRESETS, "all"], help="which checkpoint(s) to train")
+    parser.add_argument("--preset", choices=[*PRESETS, "all"], help="which checkpoint(s) to train (required unless --resume)")
     parser.add_argument("--steps", type=int, metavar="N", help="override the preset's number of optimizer steps")
     parser.add_argument("--lr", type=float, dest="learning_rate", metavar="LR", help="override the peak learning rate")
     parser.add_argument("--batch-size", type=int, metavar="N", help="override the batch size")
     parser.add_argument("--seed", type=int, metavar="N", help="override the seed of initialisation and batch order")
-    parser.add_argument("--out", type=Path, default=CHECKPOINT_DIR, metavar="DIR",
-                        help="folder that receives <preset>/ and README.md (default: data/checkpoints)")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="folder that receives <preset>/ and README.md (default: data/checkpoints; a folder "
+                             "already holding <preset>/ needs --overwrite)")
     parser.add_argument("--device", help="cpu, cuda, mps or auto (default: the preset's, cpu)")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="any SFTConfig field, e.g. --set eval_every=50 --set warmup_steps=20")
+    parser.add_argument("--resume", type=Path, default=None, metavar="DIR",
+                        help="continue the run saved in DIR (after a stop, a kill or a crash) with its settings; "
+                             "--steps may extend it")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the preset's checkpoint (and an unfinished run) already in --out")
+    parser.add_argument("--save-every", type=int, default=10, metavar="N",
+                        help="save the resumable state every N steps, and at any stop (default: 10; 0: only at the end)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (default: 1, the fastest for a model this small)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+# What `sft --resume` fixes (the saved run's) and what it may change.
+SFT_FIXED_OPTIONS = ("preset", "learning_rate", "batch_size", "seed", "device", "set")
+SFT_RESUME_OPTIONS = ("steps",)
+
+
+def sft_history_file(name: str) -> str:
+    """The file name of preset `name`'s training history in the sft output folder."""
+    return f"{name}.history.csv"
+
+
 def run_sft(args: argparse.Namespace) -> int:
-    import torch
+    import dataclasses
+    import shutil
 
-    from .presets import PRESETS, build_checkpoint, write_readme
+    from .atomic import FolderLock, signals_deferred, write_text_atomic
+    from .checkpoints import CHECKPOINT_DIR
+    from .experiments import RUN_FILE, STATE_FOLDER, output_folder, prepare_output_folder, removed_if_refused
+    from .presets import PRESETS, build_checkpoint, get_preset, write_readme
+    from .run_state import has_state
+    from .sft import SFTConfig
 
-    check_number("threads", args.threads, low=1, integer=True)
-    torch.set_num_threads(args.threads)
-    names = list(PRESETS) if args.preset == "all" else [args.preset]
-    overrides = {key: getattr(args, key) for key in ("steps", "learning_rate", "batch_size", "seed", "device")}
-    overrides = {key: value for key, value in overrides.items() if value is not None}
-    for name in names:
-        meta = build_checkpoint(name, out_dir=args.out, progress=not args.quiet, **overrides)
-        low, high = meta["accuracy_band"]
-        verdict = "in band" if meta["in_band"] else "OUTSIDE the band"
-        print(f"{name}: held-out accuracy {meta['accuracy']:.1%} ({verdict} [{low:.0%}, {high:.0%}]) after "
-              f"{meta['steps']} steps, {meta['train_seconds']:.0f} s -> {Path(args.out) / name}")
-    print(f"wrote {write_readme(args.out)}")
+    check_number("save_every", args.save_every, low=0, integer=True)
+    _set_threads(args)
+    if args.resume:
+        out, run = _resume_settings(args, "sft", fixed=SFT_FIXED_OPTIONS, changeable=SFT_RESUME_OPTIONS)
+        names, overrides = run["presets"], {**run["overrides"], **_changes(args, SFT_RESUME_OPTIONS)}
+    else:
+        if args.preset is None:
+            raise ValueError("sft needs --preset (or --resume DIR to continue a saved run)")
+        args.out = out = output_folder(CHECKPOINT_DIR if args.out is None else args.out)  # (main's stop hint)
+        names = list(PRESETS) if args.preset == "all" else [args.preset]
+        overrides = {key: getattr(args, key) for key in ("steps", "learning_rate", "batch_size", "seed", "device")}
+        overrides = {key: value for key, value in overrides.items() if value is not None} | _set_values(args.set)
+    check_known("SFTConfig", overrides, {f.name for f in dataclasses.fields(SFTConfig)})
+    for name in names:  # bad settings raise here, before anything is written
+        dataclasses.replace(get_preset(name).sft, **overrides)
+    outputs = (RUN_FILE, STATE_FOLDER, *names, *map(sft_history_file, names))
+    with FolderLock(out), removed_if_refused(out):
+        finished = [name for name in names if (out / name).exists()]
+        if finished and not (args.resume or args.overwrite or (out / RUN_FILE).exists()):
+            raise ValueError(f"{out} already holds the checkpoint(s) {', '.join(finished)}; pass --overwrite to "
+                             "retrain them, or choose another --out")
+        prepare_output_folder(out, outputs, resume=bool(args.resume), overwrite=args.overwrite,
+                              kept=("README.md", *PRESETS, *map(sft_history_file, PRESETS)))
+        with signals_deferred():
+            write_text_atomic(out / RUN_FILE, json.dumps({"command": "sft", "presets": names, "overrides": overrides},
+                                                         indent=2) + "\n")
+        for name in names:
+            state = out / STATE_FOLDER / name
+            if args.resume and (out / name / "config.json").is_file() and not has_state(state):
+                print(f"{name}: finished before the stop -> {out / name}")
+                continue  # its checkpoint was written, then its state removed
+            meta = build_checkpoint(name, out_dir=out, progress=not args.quiet, state_dir=state,
+                                    save_every=args.save_every, history_path=out / sft_history_file(name),
+                                    resume_hint=f"It is saved in {state}; continue with: "
+                                                f"python -m rlhf_lab sft --resume {out}",
+                                    **overrides)
+            with signals_deferred():
+                shutil.rmtree(state)  # the checkpoint holds the result; the state is only for resuming
+            low, high = meta["accuracy_band"]
+            verdict = "in band" if meta["in_band"] else "OUTSIDE the band"
+            print(f"{name}: held-out accuracy {meta['accuracy']:.1%} ({verdict} [{low:.0%}, {high:.0%}]) after "
+                  f"{meta['steps']} steps, {meta['train_seconds']:.0f} s -> {out / name}")
+        print(f"wrote {write_readme(out)}")
+        with signals_deferred():  # done: the folder holds checkpoints, no run to resume
+            shutil.rmtree(out / STATE_FOLDER, ignore_errors=True)
+            (out / RUN_FILE).unlink()
     return 0
 
 
@@ -138,26 +200,35 @@ def _rl_overrides(args: argparse.Namespace) -> dict:
         overrides["task"], overrides["task_params"] = args.task, {}  # the task's defaults; --set task_params=...
     if args.eval_every is not None:
         overrides["eval_every"] = args.eval_every
-    for item in args.set:
+    overrides.update(_set_values(args.set))
+    return overrides
+
+
+def _set_values(items: list[str]) -> dict:
+    """`--set FIELD=VALUE` options as {field: value}; VALUE is read as JSON, else kept as a string."""
+    values = {}
+    for item in items:
         if "=" not in item:
             raise ValueError(f"--set expects FIELD=VALUE, got {item!r}")
         field, raw = item.split("=", 1)
         try:
-            overrides[field] = json.loads(raw)
+            values[field] = json.loads(raw)
         except json.JSONDecodeError:
-            overrides[field] = raw  # a bare string such as dr_grpo
-    return overrides
+            values[field] = raw  # a bare string such as dr_grpo
+    return values
 
 
-def _resume_settings(args: argparse.Namespace, command: str) -> tuple[Path, dict]:
-    """(folder, its run.json) for --resume DIR, refusing options that would make it another run."""
+def _resume_settings(args: argparse.Namespace, command: str, fixed=("seed", "init", "set", "device"),
+                     changeable=RESUME_OPTIONS) -> tuple[Path, dict]:
+    """(folder, its run.json) for --resume DIR, refusing the options in `fixed` (those that would make
+    it another run; only `changeable` ones may differ)."""
     from .experiments import RUN_FILE, output_folder
 
-    fixed = [f"--{name}" for name in ("seed", "init", "set", "device") if getattr(args, name)]
-    fixed += ["--out"] if args.out and Path(args.out) != Path(args.resume) else []
-    if fixed:
-        raise ValueError(f"{', '.join(fixed)} cannot be combined with --resume: the saved run fixes them "
-                         f"(only {', '.join('--' + o.replace('_', '-') for o in RESUME_OPTIONS)} may change)")
+    given = [f"--{name.replace('_', '-')}" for name in fixed if getattr(args, name, None) not in (None, [])]
+    given += ["--out"] if args.out and Path(args.out) != Path(args.resume) else []
+    if given:
+        raise ValueError(f"{', '.join(given)} cannot be combined with --resume: the saved run fixes them "
+                         f"(only {', '.join('--' + o.replace('_', '-') for o in changeable)} may change)")
     folder = output_folder(args.resume)
     path = folder / RUN_FILE
     if not path.is_file():
@@ -168,10 +239,10 @@ def _resume_settings(args: argparse.Namespace, command: str) -> tuple[Path, dict
     return folder, run
 
 
-def _changes(args: argparse.Namespace) -> dict:
+def _changes(args: argparse.Namespace, options=RESUME_OPTIONS) -> dict:
     """The options a resumed run may change, as config fields."""
-    changes = {name: getattr(args, name) for name in RESUME_OPTIONS if getattr(args, name) is not None}
-    if args.time_budget is not None and args.steps is None:
+    changes = {name: getattr(args, name) for name in options if getattr(args, name, None) is not None}
+    if getattr(args, "time_budget", None) is not None and args.steps is None:
         changes["steps"] = 1_000_000
     return changes
 

@@ -22,7 +22,7 @@ import pandas as pd
 from .atomic import FolderLock, write_text_atomic
 from .callbacks import ProgressBar
 from .rl import Trainer, make_config
-from .run_state import Checkpointer, has_state, signals_deferred
+from .run_state import Checkpointer, has_state, remaining, signals_deferred
 from .validation import check_number
 
 
@@ -70,12 +70,14 @@ def output_folder(out_dir: str | Path) -> Path:
     return Path(out_dir)
 
 
-def prepare_output_folder(out: Path, outputs: tuple, resume: bool, overwrite: bool) -> None:
+def prepare_output_folder(out: Path, outputs: tuple, resume: bool, overwrite: bool, kept: tuple = ()) -> None:
     """Refuse to mix two runs in one folder. A folder holding a run is continued (`resume`), or its
     run's files (`outputs`, nothing else) are deleted (`overwrite`); a folder holding other files
-    is used only with `overwrite`, which leaves them alone."""
+    is used only with `overwrite`, which leaves them alone. Files named in `kept` may be there and
+    are left alone (the sft command's folder of checkpoints: README.md, the other presets)."""
     run_files = [name for name in outputs if (out / name).exists()]
-    others = [p.name for p in out.iterdir() if not p.name.startswith(".") and p.name not in outputs] if out.is_dir() else []
+    others = [p.name for p in out.iterdir()
+              if not p.name.startswith(".") and p.name not in outputs and p.name not in kept] if out.is_dir() else []
     if run_files and not (resume or overwrite):
         raise OutputFolderError(f"{out} already holds a run ({', '.join(run_files)}); pass --resume to continue it, "
                                 "--overwrite to replace it, or choose another --out")
@@ -126,10 +128,7 @@ def train_run(config, out_dir: str | Path, progress: bool = True, save_checkpoin
         if progress:
             trainer.add_callback(ProgressBar(total))
         start = time.perf_counter()
-        steps_left = max(config.steps - trainer.step, 0)
-        budget_left = None if config.time_budget is None else config.time_budget - trainer.train_time
-        if budget_left is not None and budget_left <= 0:  # a resumed run whose clock had run out
-            steps_left, budget_left = 0, None
+        steps_left, budget_left = remaining(trainer)
         trainer.train(steps=steps_left, time_budget=budget_left)  # 0 steps still finishes a cut evaluation
         with signals_deferred():
             write_text_atomic(out / "history.csv", trainer.history.to_csv(index=False))

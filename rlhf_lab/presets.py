@@ -15,7 +15,8 @@ Offline side only (it imports the SFT trainer); loading a checkpoint is `rlhf_la
 |                         | replay and GSPO's MoE argument                                          |
 
 Each preset is an `SFTConfig` plus the model size (`lab_model_config` keyword arguments). The
-checkpoints are regenerated with `python -m rlhf_lab sft --preset all` (`build_checkpoint` below),
+checkpoints are regenerated with `python -m rlhf_lab sft --preset all --overwrite` (`build_checkpoint` below;
+`--resume data/checkpoints` continues it after a stop),
 deterministically for a seed on CPU: same seed, same weights. The held-out set is the task's test
 split for `data_seed` (the one the RL trainer evaluates on), so the accuracy recorded next to a
 checkpoint is the number a notebook will measure. `write_readme` regenerates the table of
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from .atomic import signals_deferred, write_text_atomic
 from .checkpoints import CHECKPOINT_DIR
 from .device import describe
 from .evaluate import greedy_accuracy
@@ -96,6 +98,10 @@ def build_checkpoint(
     preset: str | CheckpointPreset,
     out_dir: str | os.PathLike = CHECKPOINT_DIR,
     progress: bool = True,
+    state_dir: str | os.PathLike | None = None,
+    save_every: int = 10,
+    resume_hint: str | None = None,
+    history_path: str | os.PathLike | None = None,
     **overrides,
 ) -> dict:
     """Train `preset` with SFT and save it as `out_dir/<name>` (a Hugging Face Llama folder).
@@ -104,6 +110,8 @@ def build_checkpoint(
     like the config itself. The held-out accuracy is measured after training on the whole test split
     (`n_test` problems), in float32 on CPU, exactly as `load_checkpoint` users will measure it, and
     saved in config.json["rlhf_lab"].
+    `state_dir`, `save_every`, `resume_hint`: a resumable run (`train_sft`; the CLI's `sft --resume`).
+    `history_path`: where to write the training history as CSV (None: not written).
     Returns that metadata.
     """
     preset = get_preset(preset) if isinstance(preset, str) else preset
@@ -112,7 +120,8 @@ def build_checkpoint(
     torch.manual_seed(config.seed)
     model = LlamaModel(lab_model_config(tokenizer, **preset.model))
     start, start_cpu = time.perf_counter(), time.process_time()
-    model, history = train_sft(config, tokenizer, model=model, progress=progress)
+    model, history = train_sft(config, tokenizer, model=model, progress=progress, state_dir=state_dir,
+                               save_every=save_every, resume_hint=resume_hint)
     train_seconds, train_cpu_seconds = time.perf_counter() - start, time.process_time() - start_cpu
     model = model.float().cpu().eval()
 
@@ -140,7 +149,10 @@ def build_checkpoint(
         "command": f"python -m rlhf_lab sft --preset {preset.name}",
         "overrides": dict(overrides),  # SFTConfig fields changed from the preset ({} for the shipped ones)
     }
-    save_pretrained(model, Path(out_dir) / preset.name, tokenizer=tokenizer, metadata=metadata)
+    with signals_deferred():  # a stop during the writes waits for them (each one is atomic)
+        if history_path is not None:
+            write_text_atomic(history_path, history.to_csv(index=False))
+        save_pretrained(model, Path(out_dir) / preset.name, tokenizer=tokenizer, metadata=metadata)
     return metadata
 
 

@@ -33,7 +33,7 @@ from .callbacks import Callback
 from .model.hf import CheckpointError, file_sha256, load_tensors
 from .validation import check_number
 
-__all__ = ["Checkpointer", "StopSignals", "has_state", "load_state", "read_state_summary", "save_state",
+__all__ = ["Checkpointer", "StopSignals", "has_state", "load_state", "read_state_summary", "remaining", "save_state",
            "signals_deferred"]
 
 STATE_FILE = "trainer_state.json"
@@ -119,6 +119,21 @@ def load_state(trainer, folder: str | Path) -> None:
     trainer.load_extra_state(state["extra"])
     trainer.rows[:] = state["rows"]
     trainer.step, trainer.train_time = state["step"], state["train_time"]
+
+
+def remaining(trainer) -> tuple[int, float | None]:
+    """(steps, time_budget) that take `trainer` (fresh or resumed) to the end of its run: `config.steps`
+    in all, `config.time_budget` seconds of training in all. A resumed run whose clock had run out, or
+    that had stopped early (`early_stop` of its last row, e.g. SFT's stop_at_accuracy), gets 0 steps:
+    train(0) still finishes an evaluation a stop cut short."""
+    config = trainer.config
+    steps_left = max(config.steps - trainer.step, 0)
+    budget_left = None if config.time_budget is None else config.time_budget - trainer.train_time
+    if budget_left is not None and budget_left <= 0:
+        steps_left, budget_left = 0, None
+    if trainer.step and trainer.rows and trainer.early_stop(trainer.rows[-1]):
+        steps_left = 0
+    return steps_left, budget_left
 
 
 class Checkpointer(Callback):

@@ -30,6 +30,7 @@ from .evaluate import greedy_accuracy
 from .limits import check_positions, check_tokenizer_fits
 from .loop import SupervisedLoop, backward_and_step
 from .model import LlamaModel, ModelConfig, moe_aux_loss
+from .run_state import Checkpointer, has_state, remaining
 from .tasks import TASKS, get_task
 from .tasks.jsonl import SPLIT_N_TRAIN
 from .validation import Validated, check_choice, check_number, check_optional
@@ -241,16 +242,30 @@ class SFTTrainer(SupervisedLoop):
 
 
 def train_sft(config: SFTConfig, tokenizer, model: LlamaModel | None = None, callbacks=(),
-              progress: bool = True) -> tuple[LlamaModel, pd.DataFrame]:
+              progress: bool = True, state_dir=None, save_every: int = 10,
+              resume_hint: str | None = None) -> tuple[LlamaModel, pd.DataFrame]:
     """Train (or continue training) `model` on `config.task`'s training split. Returns (model, history).
 
     The script-style front of `SFTTrainer` (presets and the CLI use it); `history` is the trainer's.
     A KeyboardInterrupt is re-raised after the trainer stopped cleanly, and a non-finite loss raises
     NonFiniteLossError, so a script never saves a half-trained model as if it were done.
+
+    state_dir: a folder for the resumable state (`rlhf_lab.run_state`): the run continues from the
+        state saved there, if any, to `config.steps` in all, and saves it every `save_every` steps
+        (0: only at the end) and at any stop. None: no state, `config.steps` steps from here.
+    resume_hint: what the interrupt message tells the user to do next (the CLI's `--resume` command).
     """
     callbacks = list(callbacks) + ([ProgressBar()] if progress else [])
     trainer = SFTTrainer(config, tokenizer, model=model, callbacks=callbacks)
-    history = trainer.train()
+    if resume_hint is not None:
+        trainer.resume_hint = resume_hint
+    steps = time_budget = None  # config.steps, config.time_budget
+    if state_dir is not None:
+        if has_state(state_dir):
+            trainer.resume(state_dir)
+        trainer.add_callback(Checkpointer(state_dir, every=save_every))
+        steps, time_budget = remaining(trainer)
+    history = trainer.train(steps=steps, time_budget=time_budget)
     if trainer.stop_reason == "interrupted":
         raise KeyboardInterrupt
     if trainer.stop_reason == "non_finite":

@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from rlhf_lab.atomic import FolderInUseError, FolderLock, recover_folder, replace_folder
 from rlhf_lab.checkpoints import CheckpointError, load_checkpoint
@@ -185,6 +186,81 @@ def test_compare_refuses_an_algorithm_listed_twice(tmp_path, capsys):
         main(["compare", "--algos", "grpo", "grpo", "--steps", "1", "--out", str(tmp_path / "c")])
     assert exc.value.code == 2 and "more than once" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
+
+
+# ----------------------------------------------------------------------------------- the sft CLI
+
+# A small SFT run: 60 steps of 8 examples, an evaluation every 20 steps on 20 problems (the whole
+# test split, so the checkpoint's final evaluation is that small too), the state saved every 2 steps.
+SFT_RUN = ["--preset", "addition_sft", "--steps", "60", "--batch-size", "8", "--set", "eval_every=20",
+           "--set", "n_train=300", "--set", "n_test=20", "--set", "eval_examples=20", "--save-every", "2",
+           "--quiet", "--threads", "1"]
+
+
+def saved_step(state_json: Path) -> int:
+    """The step of the saved state (-1 while none is there; the folder is swapped atomically, so a read
+    can miss it for an instant)."""
+    try:
+        return json.loads(state_json.read_text())["step"]
+    except (OSError, ValueError):
+        return -1
+
+
+def test_a_sigterm_stopped_sft_cli_run_resumes_to_the_uninterrupted_history(tmp_path, capsys):
+    reference = tmp_path / "reference"
+    assert main(["sft", *SFT_RUN, "--out", str(reference)]) == 0
+    out, rng = tmp_path / "run", random.Random(f"{SEED}-sft")
+    stop_after = rng.randint(2, 40)  # a random step of the 60; the signal lands a little after its save
+    process = subprocess.Popen([sys.executable, "-m", "rlhf_lab", "sft", *SFT_RUN, "--out", str(out)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    state = out / "resume" / "addition_sft"
+    end = time.monotonic() + 120
+    while saved_step(state / "trainer_state.json") < stop_after and process.poll() is None and time.monotonic() < end:
+        time.sleep(0.005)
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=120)
+    what = f"SIGTERM after step {stop_after}'s save (RLHF_LAB_FAULT_SEED={SEED}), exit {process.returncode}"
+    print(what)
+    assert process.returncode == 130, f"{what}: the run was not stopped\n{stderr[-2000:]}"
+    assert "Traceback" not in stderr and f"python -m rlhf_lab sft --resume {out}" in stdout + stderr, stderr[-2000:]
+    assert (out / "run.json").is_file() and not (out / "addition_sft").exists()  # stopped, not finished
+    saved = torch.load(state / "trainer_state.pt", weights_only=True)["rows"]
+    assert 0 < saved[-1]["step"] < 60, what
+
+    assert main(["sft", "--resume", str(out), "--quiet", "--threads", "1"]) == 0
+    history = out / "addition_sft.history.csv"
+    wall_times = [float(text) for text in pd.read_csv(history, dtype=str)["wall_time"]]  # exact parse
+    assert wall_times[: len(saved)] == [row["wall_time"] for row in saved], f"{what}: not continued"
+    pd.testing.assert_frame_equal(comparable(history), comparable(reference / "addition_sft.history.csv"), obj=what)
+    weights = [load_file(folder / "addition_sft" / "model.safetensors") for folder in (out, reference)]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0]), f"{what}: other final weights"
+    # Finished: the run's own files are gone, the checkpoint folder holds no run to resume.
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "README.md", "addition_sft", "addition_sft.history.csv"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:  # the finished checkpoint is not replaced without --overwrite
+        main(["sft", *SFT_RUN, "--out", str(out)])
+    assert exc.value.code == 2 and "already holds the checkpoint(s) addition_sft; pass --overwrite" in capsys.readouterr().err
+    (out / "notes.txt").write_text("mine")  # a folder of checkpoints takes another preset, not foreign files
+    with pytest.raises(SystemExit) as exc:
+        main(["sft", *SFT_RUN, "--preset", "addition_rl_start", "--out", str(out)])
+    assert exc.value.code == 2 and "is not empty (notes.txt)" in capsys.readouterr().err
+
+
+def test_an_sft_run_refuses_a_folder_in_use_and_settings_a_resume_would_change(tmp_path, capsys):
+    out = tmp_path / "shared"
+    with FolderLock(out):  # another writer (in this process: the lock is per open file, so it counts too)
+        with pytest.raises(SystemExit) as exc:
+            main(["sft", *SFT_RUN, "--out", str(out)])
+        assert exc.value.code == 2 and "in use by another run (pid" in capsys.readouterr().err
+        assert sorted(p.name for p in out.iterdir()) == [".lock"]  # the refused run wrote nothing
+    for args, message in ((["--resume", str(out), "--seed", "0"], "--seed cannot be combined with --resume"),
+                          (["--resume", str(out)], "holds no run"),
+                          (["--preset", "addition_sft", "--set", "learnig_rate=1"], "did you mean 'learning_rate'"),
+                          ([], "sft needs --preset")):
+        with pytest.raises(SystemExit) as exc:
+            main(["sft", *args, "--out", str(tmp_path / "new")] if "--resume" not in args else ["sft", *args])
+        assert exc.value.code == 2 and message in capsys.readouterr().err, args
 
 
 # ------------------------------------------------------------------------------- resume in-process

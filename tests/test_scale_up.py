@@ -4,6 +4,7 @@ bf16, reference off-loading), memory accounting, and `train --model FOLDER --tas
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -14,11 +15,18 @@ from rlhf_lab.cli import main
 from rlhf_lab.hf_tokenizer import HFTokenizer, train_bpe_tokenizer
 from rlhf_lab.model import LlamaModel, ModelConfig
 from rlhf_lab.model.hf import save_pretrained
-from rlhf_lab.model.lora import merged_model
+from rlhf_lab.model.lora import add_lora, merged_model
 from rlhf_lab.rl import make_config
 from rlhf_lab.rl.rollout import policy_forward
 from rlhf_lab.rl.trainer import Trainer
-from rlhf_lab.scale_up import estimate_training_memory, known_config, parameter_count, tiny_qwen3_config
+from rlhf_lab.scale_up import (
+    active_parameter_count,
+    describe_parameters,
+    estimate_training_memory,
+    known_config,
+    parameter_count,
+    tiny_qwen3_config,
+)
 from rlhf_lab.tasks import get_task
 
 TASK = get_task("countdown")
@@ -151,6 +159,71 @@ def test_parameter_count_matches_a_built_model(overrides):
     config = ModelConfig(vocab_size=50, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, **overrides)
     assert parameter_count(config) == LlamaModel(config).num_parameters()
+
+
+MOE_SHAPES = [
+    dict(model_type="mixtral", num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False),
+    dict(model_type="qwen3_moe", num_local_experts=6, num_experts_per_tok=3, moe_intermediate_size=24,
+         head_dim=16, tie_word_embeddings=True),
+]
+
+
+def moe_config(**overrides) -> ModelConfig:
+    return ModelConfig(vocab_size=50, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, **overrides)
+
+
+@pytest.mark.parametrize("overrides", MOE_SHAPES)
+def test_moe_parameter_counts_match_a_built_model(overrides):
+    """Total: every parameter of the built model. Active: the total less, in each layer, the experts a
+    token was not routed to, measured by which experts' slices got a gradient from a one-token forward
+    (a routed expert's gradient is a sum of nonzero products of random weights: never exactly 0 here)."""
+    config = moe_config(**overrides)
+    torch.manual_seed(0)
+    model = LlamaModel(config)
+    assert parameter_count(config) == sum(p.numel() for p in model.parameters())
+    model(torch.tensor([[7]])).logits.sum().backward()
+    unused = 0
+    for layer in model.model.layers:
+        experts = layer.mlp.experts
+        touched = [bool(experts.gate_up_proj.grad[e].any() or experts.down_proj.grad[e].any())
+                   for e in range(config.num_local_experts)]
+        assert sum(touched) == config.num_experts_per_tok  # top-k routing: k experts per token
+        one_expert = (experts.gate_up_proj.numel() + experts.down_proj.numel()) // config.num_local_experts
+        unused += touched.count(False) * one_expert
+    assert active_parameter_count(config) == parameter_count(config) - unused
+    assert describe_parameters(config).endswith(
+        f"active per token ({config.num_experts_per_tok} of {config.num_local_experts} experts)")
+
+
+def test_moe_counts_give_the_published_sizes_and_the_memory_holds_every_expert():
+    # Mixtral 8x7B: "46.7B total, 12.9B active" (arXiv 2401.04088 section 2); Qwen3-30B-A3B: "30.5B in
+    # total, 3.3B activated" (its model card). The formula counts from the shapes alone. The published
+    # figures have one decimal, cut or rounded (Qwen's 3.35 B reads "3.3B"): within 0.06 B of each.
+    for name, total, active in (("Mixtral-8x7B", 46.7, 12.9), ("Qwen3-30B-A3B", 30.5, 3.3)):
+        config = known_config(name)
+        assert abs(parameter_count(config) / 1e9 - total) < 0.06, name
+        assert abs(active_parameter_count(config) / 1e9 - active) < 0.06, name
+        memory = estimate_training_memory(config, 8, 16, 16)
+        assert memory.policy == memory.gradients == 4 * parameter_count(config)  # all experts are trained
+    dense = known_config("Qwen3-0.6B")
+    assert active_parameter_count(dense) == parameter_count(dense)
+    assert describe_parameters(dense) == "596.0 M parameters"  # a dense model has one number
+    with pytest.raises(ValueError, match="name must be one of"):
+        known_config("Qwen3-0.7B")
+
+
+@pytest.mark.parametrize("overrides", MOE_SHAPES)
+def test_moe_lora_estimate_counts_the_adapters_peft_adds(overrides):
+    """An MoE layer's experts are 3-D parameters, not Linear layers: peft adapts Qwen3-MoE's as such (rank
+    r per expert, 2r on the fused gate_up_proj) and leaves Mixtral's alone (attention only). The formula
+    must count what peft really adds."""
+    config = moe_config(**overrides)
+    with warnings.catch_warnings():  # peft notes that its own fused-rank pattern matched no Linear layer
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lora = add_lora(LlamaModel(config), r=4, alpha=8.0)
+    trained = sum(p.numel() for p in lora.parameters() if p.requires_grad)
+    assert estimate_training_memory(config, 8, 16, 16, lora_r=4).gradients == 4 * trained
 
 
 def test_memory_estimate_accounts_for_each_setting():
