@@ -46,7 +46,7 @@ data: $(STAMP)
 	$(BIN)/python -c "from rlhf_lab.preferences import write_preference_data; write_preference_data()"
 
 checkpoints: $(STAMP)
-	$(BIN)/python -m rlhf_lab sft --preset all
+	$(BIN)/python -m rlhf_lab sft --preset all --overwrite
 	$(BIN)/python -c "from rlhf_lab.preferences import build_shipped_reward_models; build_shipped_reward_models()"
 
 lint: $(STAMP)
