@@ -167,7 +167,8 @@ QUESTIONS: tuple[Question, ...] = (
              "Token ratios are noisy, and in MoE models routing changes make them noisier still. Its clip range is "
              "SMALLER ($3e-4$ / $4e-4$ vs 0.2), not larger; the share of clipped tokens is what is larger.",
              (S(NB08, "4. Q14 — The clipped fraction: GSPO vs GRPO, and the \"larger clip range\" myth"),
-              S(NB08, "6. Q14 — Why GSPO helps Mixture-of-Experts models (measured in notebook 15)"))),
+              S(NB08, "6. Q14 — Why GSPO helps Mixture-of-Experts models (measured in notebook 15)"),
+              S("15_moe_and_gspo.ipynb", "6. Q14 (MoE part) in an interview, and the \"load imbalance\" folklore"))),
     Question(15, "B", "SFT 数据格式：先推理后答案，还是先答案后解释？", "SFT data: reasoning first or answer first?",
              "Reasoning first: the answer tokens are then conditioned on the worked steps, so the model can use "
              "them as computation; written after the answer, the explanation cannot help produce it. Measure "
