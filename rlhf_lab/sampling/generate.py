@@ -163,7 +163,7 @@ def generate(
     elif P + T_max > mc.max_position_embeddings:
         warnings.warn(f"generating {P} prompt + {T_max} new positions, past max_position_embeddings="
                       f"{mc.max_position_embeddings}: RoPE extends to them, but the model never saw them in "
-                      "training (fine for a fixed-length benchmark, not for answers)", stacklevel=2)
+                      "training (fine for a fixed-length benchmark, not for answers)", stacklevel=3)  # 3: past torch.no_grad's wrapper, to the caller
     check_memory(generation_bytes(mc, B * G, P, T_max, dtype.itemsize), device,
                  f"generating {B * G} sequences of {P} + {T_max} tokens", "max_new_tokens or the batch")
 
