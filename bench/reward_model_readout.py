@@ -2,6 +2,8 @@
 
     python bench/reward_model_readout.py            # every variant, prints one table (about 10 min on 2 cores)
     python bench/reward_model_readout.py --rl-steps 0   # without the RL runs
+    python bench/reward_model_readout.py --rl-steps 100 --prompts-per-step 32 --only "gold reward itself" \
+        "loglik, trunk lr 2e-4" "loglik, frozen trunk"     # GRPO's default batch, for 100 steps
 
 For each reward-model variant (trained on the shipped preference pairs, seed 0), on held-out data:
 
@@ -13,8 +15,9 @@ For each reward-model variant (trained on the shipped preference pairs, seed 0),
   random digits above the right answer (the gold never does: `verbosity_probe`);
 - best-of-n from the RL starting policy (64 held-out prompts x 64 samples): the gold gain over n = 1
   at n = 2, 8, 32 with its paired standard error;
-- GRPO against it (`--rl-steps`, 8 prompts x 8 samples, lr 2e-4, beta 0, seed 0): gold on 48
-  held-out prompts x 4 samples at the start, the best measurement, and the end.
+- GRPO against it (`--rl-steps`, `--prompts-per-step` prompts x 8 samples, lr 2e-4, beta 0, seed 0):
+  gold on 48 held-out prompts x 4 samples at the start, the best measurement, and the end. The row
+  "gold reward itself" optimises the gold directly: the most any proxy could give in that budget.
 
 Variants: the last-token readout (InstructGPT's) on the majority labels and, as a ceiling for that
 readout, on the gold labels; the "last_token+loglik" readout with the trunk trained at two learning
@@ -33,9 +36,21 @@ import pandas as pd
 import torch
 
 from rlhf_lab.checkpoints import load_checkpoint
-from rlhf_lab.preferences import (RewardConfig, RewardModel, RewardTrainer, gold_reward, load_preferences,
-                                  pairwise_accuracy, verbosity_probe)
-from rlhf_lab.preferences.overoptimization import RewardTracker, best_of_n_curve, best_of_n_pool, completion_texts
+from rlhf_lab.preferences import (
+    RewardConfig,
+    RewardModel,
+    RewardTrainer,
+    gold_reward,
+    load_preferences,
+    pairwise_accuracy,
+    verbosity_probe,
+)
+from rlhf_lab.preferences.overoptimization import (
+    RewardTracker,
+    best_of_n_curve,
+    best_of_n_pool,
+    completion_texts,
+)
 from rlhf_lab.rl import Trainer, make_config
 from rlhf_lab.rl.rollout import sample_and_score
 from rlhf_lab.sampling import SamplingConfig
@@ -72,7 +87,21 @@ def policy_auc(reward_model, policy, tokenizer, task, examples, samples: int = 8
     return wins / max(total, 1), int(total)
 
 
-def measure(name: str, reward_model, probe: Trainer, rl_steps: int) -> dict:
+def rl_row(reward, rl_steps: int, prompts_per_step: int) -> dict:
+    """GRPO against `reward` from the RL starting checkpoint; gold, proxy and d measured every 10 steps."""
+    settings = dict(steps=rl_steps, prompts_per_step=prompts_per_step, num_generations=8,
+                    max_completion_length=MAX_LENGTH, eval_every=0, learning_rate=2e-4, seed=0)
+    tracker = RewardTracker(gold_reward, num_prompts=48, every=10)
+    Trainer(make_config("grpo", settings), reward_fn=reward, callbacks=[tracker]).train()
+    curve = tracker.history
+    best = curve["gold"].idxmax()
+    return {"rl_gold_start": curve["gold"].iloc[0], "rl_gold_best": curve["gold"].max(),
+            "rl_best_step": int(curve["step"][best]), "rl_gold_end": curve["gold"].iloc[-1],
+            "rl_gold_se": curve["gold_se"].iloc[-1], "rl_proxy_start": curve["proxy"].iloc[0],
+            "rl_proxy_end": curve["proxy"].iloc[-1], "rl_d_end": curve["d"].iloc[-1]}
+
+
+def measure(name: str, reward_model, probe: Trainer, rl_steps: int, prompts_per_step: int = 8) -> dict:
     validation = load_preferences("validation")
     right_vs_wrong = [p for p in validation if (p.chosen == p.answer) != (p.rejected == p.answer)]
     auc, auc_pairs = policy_auc(reward_model, probe.policy, probe.tokenizer, probe.task, probe.test_examples[:100])
@@ -89,42 +118,43 @@ def measure(name: str, reward_model, probe: Trainer, rl_steps: int) -> dict:
     for n in (2, 8, 32):
         row[f"bon{n}_gain"], row[f"bon{n}_se"] = bon.loc[n, "gold_gain"], bon.loc[n, "gold_gain_se"]
     if rl_steps:
-        settings = dict(steps=rl_steps, prompts_per_step=8, num_generations=8, max_completion_length=MAX_LENGTH,
-                        eval_every=0, learning_rate=2e-4, seed=0)
-        tracker = RewardTracker(gold_reward, num_prompts=48, every=10)
-        Trainer(make_config("grpo", settings), reward_fn=reward_model, callbacks=[tracker]).train()
-        curve = tracker.history
-        best = curve["gold"].idxmax()
-        row.update({"rl_gold_start": curve["gold"].iloc[0], "rl_gold_best": curve["gold"].max(),
-                    "rl_best_step": int(curve["step"][best]), "rl_gold_end": curve["gold"].iloc[-1],
-                    "rl_gold_se": curve["gold_se"].iloc[-1], "rl_proxy_start": curve["proxy"].iloc[0],
-                    "rl_proxy_end": curve["proxy"].iloc[-1], "rl_d_end": curve["d"].iloc[-1]})
+        row.update(rl_row(reward_model, rl_steps, prompts_per_step))
     return row
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rl-steps", type=int, default=60)
+    parser.add_argument("--prompts-per-step", type=int, default=8)
+    parser.add_argument("--only", nargs="*", default=None, help="variant names to run (default: all)")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     probe = Trainer(make_config("grpo", max_completion_length=MAX_LENGTH))  # the task, its test split, the start policy
     rows = []
-    sft, tokenizer, _ = load_checkpoint("addition_sft")
-    untrained = RewardModel(sft, tokenizer, readout="last_token+loglik", loglik_weight=1.0)  # zero head: loglik only
-    rows.append(measure("SFT mean log-likelihood, untrained", untrained, probe, args.rl_steps))
-    print(rows[-1], flush=True)
+    wanted = lambda name: args.only is None or name in args.only  # noqa: E731
+    if args.rl_steps and wanted("gold reward itself"):
+        rows.append({"variant": "gold reward itself", **rl_row(gold_reward, args.rl_steps, args.prompts_per_step)})
+        print(rows[-1], flush=True)
+    if wanted("SFT mean log-likelihood, untrained"):
+        sft, tokenizer, _ = load_checkpoint("addition_sft")
+        untrained = RewardModel(sft, tokenizer, readout="last_token+loglik", loglik_weight=1.0)  # zero head: loglik only
+        rows.append(measure("SFT mean log-likelihood, untrained", untrained, probe, args.rl_steps, args.prompts_per_step))
+        print(rows[-1], flush=True)
     for name, settings in VARIANTS.items():
+        if not wanted(name):
+            continue
         start = time.perf_counter()
         trainer = RewardTrainer(RewardConfig(eval_every=0, seed=0, **settings))
         trainer.train()
-        rows.append({**measure(name, trainer.model, probe, args.rl_steps),
+        rows.append({**measure(name, trainer.model, probe, args.rl_steps, args.prompts_per_step),
                      "seconds": round(time.perf_counter() - start)})
         print(rows[-1], flush=True)
     table = pd.DataFrame(rows)
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
-    table.to_csv(out / "reward_model_readout.csv", index=False)
+    suffix = "" if args.rl_steps == 60 and args.prompts_per_step == 8 else f"_rl{args.rl_steps}x{args.prompts_per_step}"
+    table.to_csv(out / f"reward_model_readout{suffix}.csv", index=False)
     pd.set_option("display.width", 250)
     print(table.drop(columns=[c for c in table.columns if c.endswith("_se") and c.startswith("bon")])
           .to_string(index=False, float_format=lambda v: f"{v:.3f}"))
