@@ -61,6 +61,7 @@ VARIANTS = {
     "loglik, trunk lr 1e-3": dict(readout="last_token+loglik"),
     "loglik, trunk lr 2e-4": dict(readout="last_token+loglik", learning_rate=2e-4),
     "loglik, frozen trunk": dict(readout="last_token+loglik", train_trunk=False, learning_rate=1e-2),
+    "loglik, trunk lr 2e-4, gold labels": dict(readout="last_token+loglik", learning_rate=2e-4, label="gold"),
 }
 MAX_LENGTH = 8  # as in the preference data
 
