@@ -17,8 +17,8 @@ cheap cues (stopping, length, stray characters) and little arithmetic, even on g
 model already knows the answer: it is in its next-token predictions, which rank a right answer
 above a wrong one. This readout lets the Bradley-Terry loss use that knowledge, which is the reason
 InstructGPT starts the reward model from the SFT model. `RewardConfig.train_trunk=False` trains only
-the head and w (a linear probe on the frozen SFT model), so fine-tuning cannot wash the knowledge out. The measurements behind this choice:
-bench/RESULTS.md, "Reward-model readout".
+the head and w (a linear probe on the frozen SFT model), so fine-tuning cannot wash the knowledge
+out. The measurements behind this choice: bench/RESULTS.md, "Reward-model readout".
 
 Only differences of scores are learned, so a constant can be added to every score without changing
 the loss: `RewardModel.offset` centres the scores on the training completions after training, which
