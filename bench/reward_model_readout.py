@@ -62,6 +62,12 @@ VARIANTS = {
     "loglik, trunk lr 2e-4": dict(readout="last_token+loglik", learning_rate=2e-4),
     "loglik, frozen trunk": dict(readout="last_token+loglik", train_trunk=False, learning_rate=1e-2),
     "loglik, trunk lr 2e-4, gold labels": dict(readout="last_token+loglik", learning_rate=2e-4, label="gold"),
+    "loglik, trunk lr 5e-5": dict(readout="last_token+loglik", learning_rate=5e-5),
+    "loglik, trunk lr 1e-4, 60 steps": dict(readout="last_token+loglik", learning_rate=1e-4, steps=60),
+    "loglik, frozen trunk, 100 pairs": dict(readout="last_token+loglik", train_trunk=False, learning_rate=1e-2,
+                                            n_pairs=100),
+    "loglik, frozen trunk, 400 pairs": dict(readout="last_token+loglik", train_trunk=False, learning_rate=1e-2,
+                                            n_pairs=400),
 }
 MAX_LENGTH = 8  # as in the preference data
 
