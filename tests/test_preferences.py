@@ -310,6 +310,23 @@ def test_loglik_readout_ranks_right_answers_from_the_frozen_sft_model(tmp_path):
                                rtol=0, atol=0)
 
 
+def test_train_trunk_true_unfreezes_a_model_a_frozen_run_trained_first():
+    """A linear probe, then fine-tuning (Kumar et al. 2022): a second RewardTrainer with train_trunk=True
+    on the probe's model must train the trunk again (the first run set requires_grad False on it)."""
+    train = load_preferences("train")[:64]
+    settings = dict(readout="last_token+loglik", steps=2, batch_size=8, warmup_steps=0, eval_every=0, seed=0)
+    probe = RewardTrainer(RewardConfig(train_trunk=False, learning_rate=1e-2, **settings), train_pairs=train,
+                          eval_pairs=train[:8])
+    probe.train()
+    before = {name: p.detach().clone() for name, p in probe.model.model.named_parameters()}
+    fine_tune = RewardTrainer(RewardConfig(train_trunk=True, learning_rate=1e-3, **settings), model=probe.model,
+                              train_pairs=train, eval_pairs=train[:8])
+    assert all(p.requires_grad for p in fine_tune.model.model.parameters())
+    fine_tune.train()
+    changed = [name for name, p in fine_tune.model.model.named_parameters() if not torch.equal(p, before[name])]
+    assert any(not name.startswith("value_head.") for name in changed), changed
+
+
 def test_readout_is_validated():
     with pytest.raises(ValueError, match="readout must be one of"):
         RewardConfig(readout="mean")

@@ -324,9 +324,11 @@ class RewardTrainer(SupervisedLoop):
         self.model = model if model is not None else RewardModel.from_sft(config.init_checkpoint, device=str(self.device),
                                                                            readout=config.readout)
         self.model.to(self.device)
-        if not config.train_trunk:  # only the scalar head and w learn; the SFT model stays as it was
-            for name, parameter in self.model.model.named_parameters():
-                parameter.requires_grad_(name.startswith("value_head."))
+        # train_trunk=False: only the scalar head and w learn, the SFT model stays as it was. True sets every
+        # parameter trainable again, also of a model a frozen-trunk run trained first (a linear probe, then
+        # fine-tuning: Kumar et al. 2022, arXiv 2202.10054)
+        for name, parameter in self.model.model.named_parameters():
+            parameter.requires_grad_(config.train_trunk or name.startswith("value_head."))
         self.start(callbacks)
 
     def evaluate(self, pairs: Sequence[PreferencePair] | None = None) -> float:
