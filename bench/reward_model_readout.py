@@ -21,7 +21,11 @@ For each reward-model variant (trained on the shipped preference pairs, seed 0),
 
 Variants: the last-token readout (InstructGPT's) on the majority labels and, as a ceiling for that
 readout, on the gold labels; the "last_token+loglik" readout with the trunk trained at two learning
-rates and with the trunk frozen; and the SFT model's mean log-likelihood alone, untrained.
+rates and with the trunk frozen; and the SFT model's mean log-likelihood alone, untrained. Further
+variants look for a proxy between the frozen one (gold only rises under GRPO) and the trunk-trained
+ones (gold falls at once): lower trunk learning rates, fewer pairs, a length-biased rater's labels, and
+the frozen-trunk probe fine-tuned afterwards ("probe then trunk", `after_probe`). The RL curve of each
+run is printed as it is measured.
 Writes bench/results/reward_model_readout.csv.
 """
 
@@ -68,7 +72,15 @@ VARIANTS = {
                                             n_pairs=100),
     "loglik, frozen trunk, 400 pairs": dict(readout="last_token+loglik", train_trunk=False, learning_rate=1e-2,
                                             n_pairs=400),
+    "loglik, frozen, verbose_c labels": dict(readout="last_token+loglik", train_trunk=False, learning_rate=1e-2,
+                                             label="verbose_c"),
+    "loglik, frozen trunk, lr 1e-3": dict(readout="last_token+loglik", train_trunk=False, learning_rate=1e-3),
+    # a linear probe (the "frozen trunk" variant), then the whole model fine-tuned (Kumar et al. 2022)
+    "loglik, probe then trunk lr 2e-4": dict(readout="last_token+loglik", learning_rate=2e-4, after_probe=True),
+    "loglik, probe then trunk lr 5e-4": dict(readout="last_token+loglik", learning_rate=5e-4, after_probe=True),
+    "loglik, probe then trunk lr 1e-3": dict(readout="last_token+loglik", learning_rate=1e-3, after_probe=True),
 }
+PROBE = VARIANTS["loglik, frozen trunk"]
 MAX_LENGTH = 8  # as in the preference data
 
 
@@ -101,6 +113,7 @@ def rl_row(reward, rl_steps: int, prompts_per_step: int) -> dict:
     tracker = RewardTracker(gold_reward, num_prompts=48, every=10)
     Trainer(make_config("grpo", settings), reward_fn=reward, callbacks=[tracker]).train()
     curve = tracker.history
+    print(curve[["step", "d", "proxy", "gold", "gold_se"]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     best = curve["gold"].idxmax()
     return {"rl_gold_start": curve["gold"].iloc[0], "rl_gold_best": curve["gold"].max(),
             "rl_best_step": int(curve["step"][best]), "rl_gold_end": curve["gold"].iloc[-1],
@@ -152,7 +165,13 @@ def main() -> None:
         if not wanted(name):
             continue
         start = time.perf_counter()
-        trainer = RewardTrainer(RewardConfig(eval_every=0, seed=0, **settings))
+        settings = dict(settings)
+        model = None
+        if settings.pop("after_probe", False):
+            probe_trainer = RewardTrainer(RewardConfig(eval_every=0, seed=0, **PROBE))
+            probe_trainer.train()
+            model = probe_trainer.model
+        trainer = RewardTrainer(RewardConfig(eval_every=0, seed=0, **settings), model=model)
         trainer.train()
         rows.append({**measure(name, trainer.model, probe, args.rl_steps, args.prompts_per_step),
                      "seconds": round(time.perf_counter() - start)})
