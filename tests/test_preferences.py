@@ -210,7 +210,7 @@ def test_ensemble_aggregates(reward_model):
     for aggregate, expected in (("mean", base - 0.5), ("min", base - 1.0), ("mean_minus_std", base - 1.0)):
         ensemble = RewardEnsemble([reward_model, shifted], aggregate=aggregate)
         torch.testing.assert_close(torch.tensor(ensemble.score_batch(prompts, completions)), expected,
-                                   rtol=0, atol=16 * EPS32 * (1 + float(base.abs().max())))
+                                   rtol=0, atol=16 * EPS32 * (1 + float(base.detach().abs().max())))
     with pytest.raises(ValueError, match="aggregate must be one of"):
         RewardEnsemble([reward_model], aggregate="max")
 
@@ -281,3 +281,54 @@ def test_datasheet_is_regenerated_from_the_shipped_files(tmp_path):
     (copy / "DATASHEET.md").unlink()
     assert write_datasheet(copy).read_text() == (PREFERENCE_DIR / "DATASHEET.md").read_text(), (
         "data/preferences/DATASHEET.md is stale: run rlhf_lab.preferences.write_datasheet()")
+
+
+def test_loglik_readout_ranks_right_answers_from_the_frozen_sft_model(tmp_path):
+    """readout "last_token+loglik" with a frozen trunk: a few CPU-seconds on the gold labels rank a
+    right answer above a wrong one clearly better than chance, by learning w > 0 (the SFT model's
+    next-token predictions already know the sum); the trunk is untouched; save/load keeps readout and w."""
+    train = orient(load_preferences("train")[:800], "gold")
+    validation = load_preferences("validation")
+    right_vs_wrong = [p for p in validation if (p.chosen == p.answer) != (p.rejected == p.answer)]
+    config = RewardConfig(readout="last_token+loglik", train_trunk=False, label="gold", steps=20, batch_size=32,
+                          learning_rate=1e-2, warmup_steps=5, eval_every=0, seed=0)
+    trainer = RewardTrainer(config, train_pairs=train, eval_pairs=validation[:50])
+    before = {name: p.detach().clone() for name, p in trainer.model.model.named_parameters()}
+    trainer.train()
+    model = trainer.model
+    n = len(right_vs_wrong)
+    se = math.sqrt(0.25 / n)  # standard error of an accuracy near 0.5 on n pairs
+    accuracy = pairwise_accuracy(model, right_vs_wrong, "gold")
+    assert accuracy > 0.5 + 6 * se, (accuracy, se, n)
+    assert model.loglik_weight.item() > 0
+    for name, p in model.model.named_parameters():
+        assert name.startswith("value_head.") or torch.equal(p, before[name]), name
+    loaded = RewardModel.from_pretrained(model.save_pretrained(tmp_path / "rm"))
+    prompts, completions = ["047+085=", "500+500="], ["231", "00019"]
+    assert loaded.readout == "last_token+loglik" and loaded.loglik_weight.item() == model.loglik_weight.item()
+    torch.testing.assert_close(loaded.score(prompts, completions), model.score(prompts, completions),
+                               rtol=0, atol=0)
+
+
+def test_train_trunk_true_unfreezes_a_model_a_frozen_run_trained_first():
+    """A linear probe, then fine-tuning (Kumar et al. 2022): a second RewardTrainer with train_trunk=True
+    on the probe's model must train the trunk again (the first run set requires_grad False on it)."""
+    train = load_preferences("train")[:64]
+    settings = dict(readout="last_token+loglik", steps=2, batch_size=8, warmup_steps=0, eval_every=0, seed=0)
+    probe = RewardTrainer(RewardConfig(train_trunk=False, learning_rate=1e-2, **settings), train_pairs=train,
+                          eval_pairs=train[:8])
+    probe.train()
+    before = {name: p.detach().clone() for name, p in probe.model.model.named_parameters()}
+    fine_tune = RewardTrainer(RewardConfig(train_trunk=True, learning_rate=1e-3, **settings), model=probe.model,
+                              train_pairs=train, eval_pairs=train[:8])
+    assert all(p.requires_grad for p in fine_tune.model.model.parameters())
+    fine_tune.train()
+    changed = [name for name, p in fine_tune.model.model.named_parameters() if not torch.equal(p, before[name])]
+    assert any(not name.startswith("value_head.") for name in changed), changed
+
+
+def test_readout_is_validated():
+    with pytest.raises(ValueError, match="readout must be one of"):
+        RewardConfig(readout="mean")
+    with pytest.raises(ValueError, match="train_trunk"):
+        RewardConfig(train_trunk="no")

@@ -4,7 +4,7 @@
     annotators.py    Annotator (flip rate + verbosity bias), DEFAULT_ANNOTATORS
     agreement.py     cohen_kappa, fleiss_kappa, rating_counts, accuracy_ceiling
     data.py          PreferencePair, make_preference_data, load_preferences (data/preferences/)
-    reward_model.py  bradley_terry_loss, RewardModel, RewardEnsemble, RewardConfig, RewardTrainer,
+    reward_model.py  bradley_terry_loss, RewardModel (READOUTS: where the score is read), RewardEnsemble, RewardConfig, RewardTrainer,
                      pairwise_accuracy, verbosity_probe, train_reward_model (the shipped ones: data/checkpoints)
     dpo.py           dpo_loss, ipo_loss, implicit_rewards, DPOConfig, DPOTrainer (no reward model)
     overoptimization.py  optimising against a reward model, measured: best-of-n and its KL, KL to the
@@ -66,6 +66,7 @@ from .overoptimization import (
     sequence_kl,
 )
 from .reward_model import (
+    READOUTS,
     RewardConfig,
     RewardEnsemble,
     RewardModel,
@@ -90,7 +91,5 @@ __all__ = [
     "bradley_terry_loss", "cohen_kappa", "first_labels", "fleiss_kappa", "gold_reward", "label_comparisons", "load_preferences",
     "make_comparisons", "make_preference_data", "orient", "pair_scores", "pairwise_accuracy", "rating_counts",
     "read_preferences", "save_preferences", "write_preference_data", "build_shipped_reward_models",
-    "reward_models_table", "train_reward_model", "verbosity_probe",
-    "LOSS_TYPES", "DPOConfig", "DPOTrainer", "dpo_loss", "encode_pairs", "greedy_scores", "implicit_rewards",
-    "ipo_loss", "preference_logits", "sampled_kl", "sequence_logprobs",
+    "reward_models_table", "train_reward_model", "verbosity_probe", "READOUTS",
 ]

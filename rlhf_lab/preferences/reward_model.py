@@ -5,9 +5,24 @@
 
 As in InstructGPT (arXiv 2203.02155): the trunk starts from the SFT model, a linear head maps the
 final hidden state to one number, and the score is read at the completion's LAST token (the EOS
-when the model finished). Only differences of scores are learned, so a constant can be added to
-every score without changing the loss: `RewardModel.offset` centres the scores on the training
-completions after training, which is what an RL trainer without per-group normalisation (PPO) wants.
+when the model finished). That is `readout="last_token"`.
+
+`readout="last_token+loglik"` adds a learned multiple of the completion's mean log-likelihood under
+the reward model's own language-model head (initialised from the SFT model's):
+
+    r(x, y) = v(h_last) + w * (1/|y|) sum_t log p(y_t | x, y_<t)        (w starts at 0: chance)
+
+Why: a 2-layer trunk read at one position cannot re-check a sum, so a last-token head learns the
+cheap cues (stopping, length, stray characters) and little arithmetic, even on gold labels. The SFT
+model already knows the answer: it is in its next-token predictions, which rank a right answer
+above a wrong one. This readout lets the Bradley-Terry loss use that knowledge, which is the reason
+InstructGPT starts the reward model from the SFT model. `RewardConfig.train_trunk=False` trains only
+the head and w (a linear probe on the frozen SFT model), so fine-tuning cannot wash the knowledge
+out. The measurements behind this choice: bench/RESULTS.md, "Reward-model readout".
+
+Only differences of scores are learned, so a constant can be added to every score without changing
+the loss: `RewardModel.offset` centres the scores on the training completions after training, which
+is what an RL trainer without per-group normalisation (PPO) wants.
 
     rm = RewardModel.from_sft()                                  # addition_sft trunk + a fresh head
     trainer = RewardTrainer(RewardConfig(steps=300), rm)         # a rlhf_lab.loop.TrainingLoop
@@ -37,10 +52,11 @@ from ..device import autocast, pick_device
 from ..loop import SupervisedLoop, backward_and_step
 from ..model import LlamaModel
 from ..rl.rollout import encode_rollout
-from ..validation import check_choice, check_number, check_optional
+from ..validation import check_bool, check_choice, check_number, check_optional
 from .data import LABEL_SOURCES, PreferencePair, load_preferences, orient
 
 SHIPPED_REWARD_MODEL = "reward_model"  # data/checkpoints/reward_model
+READOUTS = ("last_token", "last_token+loglik")  # where the score is read (module docstring)
 
 
 def bradley_terry_loss(chosen_rewards: torch.Tensor, rejected_rewards: torch.Tensor, margin=0.0,
@@ -65,44 +81,70 @@ class RewardModel(nn.Module):
     token of prompt + completion (+ EOS when finished).
 
     offset: subtracted from every score (set by `RewardTrainer` to centre the scores; see module doc).
+    readout: "last_token" or "last_token+loglik" (module docstring); loglik_weight: w, the weight of
+    the mean log-likelihood term (a trainable scalar; unused with "last_token").
     Scoring inputs are strings; `score` keeps the autograd graph (training), `score_batch` does not.
     """
 
-    def __init__(self, model: LlamaModel, tokenizer, offset: float = 0.0) -> None:
+    def __init__(self, model: LlamaModel, tokenizer, offset: float = 0.0, readout: str = "last_token",
+                 loglik_weight: float = 0.0) -> None:
         super().__init__()
+        check_choice("readout", readout, READOUTS)
+        check_number("loglik_weight", loglik_weight)
         if model.value_head is None:
             model.add_value_head()
         self.model = model
         self.tokenizer = tokenizer
         self.offset = float(offset)
+        self.readout = readout
+        self.loglik_weight = nn.Parameter(torch.tensor(float(loglik_weight), device=model.device),
+                                          requires_grad=readout != "last_token")
 
     @classmethod
-    def from_sft(cls, checkpoint: str | os.PathLike = "addition_sft", device: str = "cpu") -> RewardModel:
-        """The SFT model's trunk with a fresh scalar head initialised to zero: every score starts
-        at 0, so the untrained model is exactly at chance (a random head would already rank pairs by
-        whatever its random direction happens to pick up from the trunk)."""
+    def from_sft(cls, checkpoint: str | os.PathLike = "addition_sft", device: str = "cpu",
+                 readout: str = "last_token") -> RewardModel:
+        """The SFT model's trunk with a fresh scalar head initialised to zero (and w = 0): every
+        score starts at 0, so the untrained model is exactly at chance (a random head would already
+        rank pairs by whatever its random direction happens to pick up from the trunk)."""
         model, tokenizer, _ = load_checkpoint(checkpoint, device=device)
         model.value_head = None
         model.add_value_head()  # zero-initialised
-        return cls(model, tokenizer)
+        return cls(model, tokenizer, readout=readout)
 
     @property
     def device(self) -> torch.device:
         return self.model.device
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, last_index: torch.Tensor) -> torch.Tensor:
-        """Raw scores (batch,): the head's value at `last_index` of each row of input_ids (batch, seq)."""
-        with autocast(self.device):
-            out = self.model(input_ids, attention_mask=attention_mask, num_logits_to_keep=1)  # logits unused
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, last_index: torch.Tensor,
+                completion_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Raw scores (batch,): the head's value at `last_index` of each row of input_ids (batch, seq),
+        plus, with readout "last_token+loglik", w times the mean log-likelihood of the completion
+        tokens: the last `completion_mask.shape[1]` columns of input_ids, where completion_mask
+        (batch, T) is 1."""
+        loglik = self.readout != "last_token"
+        with autocast(self.device):  # logits of every position only when the log-likelihood is read
+            out = self.model(input_ids, attention_mask=attention_mask, num_logits_to_keep=0 if loglik else 1)
         values = out.values  # (batch, seq) float32
-        return values.gather(1, last_index[:, None]).squeeze(1)
+        score = values.gather(1, last_index[:, None]).squeeze(1)  # v(h_last)
+        if not loglik:
+            return score
+        if completion_mask is None:
+            raise ValueError("readout 'last_token+loglik' needs the completion_mask (RewardModel.encode gives it)")
+        T = completion_mask.shape[1]
+        prompt_width = input_ids.shape[1] - T
+        logits = out.logits[:, prompt_width - 1: -1].float()  # (batch, T, vocab): position t-1 predicts token t
+        token_logp = torch.log_softmax(logits, dim=-1).gather(2, input_ids[:, prompt_width:, None]).squeeze(2)
+        # mean over the completion's tokens (EOS included); an empty completion has mean 0
+        mean_logp = (token_logp * completion_mask).sum(1) / completion_mask.sum(1).clamp(min=1)
+        return score + self.loglik_weight * mean_logp  # v(h_last) + w * mean_t log p(y_t | x, y_<t)
 
     def encode(self, prompts: Sequence[str], completions: Sequence[str], finished: Sequence[bool] | None = None):
-        """(input_ids (B, L), attention_mask (B, L), last_index (B,)): left-padded prompts with BOS,
-        right-padded completions with EOS where finished (default: everywhere)."""
+        """(input_ids (B, L), attention_mask (B, L), last_index (B,), completion_mask (B, T)):
+        left-padded prompts with BOS, right-padded completions with EOS where finished (default:
+        everywhere); the completion is the last T columns."""
         batch = encode_rollout(self.tokenizer, list(prompts), list(completions), finished, device=self.device)
         last_index = batch.prompt_width + batch.completion_mask.sum(dim=1).long() - 1  # EOS, or the last prompt token
-        return batch.input_ids, batch.attention_mask, last_index
+        return batch.input_ids, batch.attention_mask, last_index, batch.completion_mask
 
     def score(self, prompts: Sequence[str], completions: Sequence[str], finished: Sequence[bool] | None = None) -> torch.Tensor:
         """(batch,) float32 scores r(x, y) - offset, with gradients when the model is trainable."""
@@ -132,7 +174,8 @@ class RewardModel(nn.Module):
         with its head; `RewardModel.from_pretrained(folder)` the reward model."""
         from ..model import save_pretrained
 
-        meta = {"kind": "reward_model", "reward_offset": self.offset, **(metadata or {})}
+        meta = {"kind": "reward_model", "reward_offset": self.offset, "readout": self.readout,
+                "loglik_weight": float(self.loglik_weight.detach()), **(metadata or {})}
         return save_pretrained(self.model, folder, tokenizer=self.tokenizer, metadata=meta)
 
     @classmethod
@@ -141,7 +184,8 @@ class RewardModel(nn.Module):
         model, tokenizer, meta = load_checkpoint(name, device=device)
         if model.value_head is None:
             raise ValueError(f"{name!r} has no value_head.safetensors: it is a language model, not a reward model")
-        return cls(model, tokenizer, offset=meta.get("reward_offset", 0.0))
+        return cls(model, tokenizer, offset=meta.get("reward_offset", 0.0), readout=meta.get("readout", "last_token"),
+                   loglik_weight=meta.get("loglik_weight", 0.0))
 
 
 class RewardEnsemble:
@@ -208,6 +252,8 @@ class RewardConfig:
     """Settings of one reward-model run (names as TRL's RewardConfig where it has them)."""
 
     init_checkpoint: str = "addition_sft"  # the trunk's starting point (InstructGPT: the SFT model)
+    readout: str = "last_token"  # or "last_token+loglik": + w * mean log-likelihood (module docstring)
+    train_trunk: bool = True  # False: train only the scalar head and w (a probe on the frozen SFT model)
     label: str = "majority"  # which preference to learn: "majority", "gold", or an annotator's name
     n_pairs: int | None = None  # use the first n training pairs (None: all)
     steps: int = 300
@@ -227,6 +273,8 @@ class RewardConfig:
         if not isinstance(self.label, str) or not self.label:
             raise ValueError(f"label must be one of {LABEL_SOURCES} or an annotator's name, got {self.label!r}")
         check_optional(check_number, "n_pairs", self.n_pairs, low=1, integer=True)
+        check_choice("readout", self.readout, READOUTS)
+        check_bool("train_trunk", self.train_trunk)
         for name in ("steps", "warmup_steps", "eval_every", "seed"):
             check_number(name, getattr(self, name), low=0, integer=True)
         check_number("batch_size", self.batch_size, low=1, integer=True)
@@ -273,8 +321,14 @@ class RewardTrainer(SupervisedLoop):
         self.train_pairs = orient(train_pairs, config.label)
         if not self.train_pairs or not self.eval_pairs:
             raise ValueError(f"need training and evaluation pairs, got {len(self.train_pairs)} and {len(self.eval_pairs)}")
-        self.model = model if model is not None else RewardModel.from_sft(config.init_checkpoint, device=str(self.device))
+        self.model = model if model is not None else RewardModel.from_sft(config.init_checkpoint, device=str(self.device),
+                                                                           readout=config.readout)
         self.model.to(self.device)
+        # train_trunk=False: only the scalar head and w learn, the SFT model stays as it was. True sets every
+        # parameter trainable again, also of a model a frozen-trunk run trained first (a linear probe, then
+        # fine-tuning: Kumar et al. 2022, arXiv 2202.10054)
+        for name, parameter in self.model.model.named_parameters():
+            parameter.requires_grad_(config.train_trunk or name.startswith("value_head."))
         self.start(callbacks)
 
     def evaluate(self, pairs: Sequence[PreferencePair] | None = None) -> float:
