@@ -39,6 +39,7 @@ class Rollout:
     examples: list | None = None  # (N,) the task Example each row answers (rows of a group share one)
     max_completion_length: int | None = None  # the generation budget (Dr. GRPO's constant, DAPO's L_max)
     old_logprobs: torch.Tensor | None = None  # (N, T) log pi_old(token) at rollout time
+    sampling_logprobs: torch.Tensor | None = None  # (N, T) log-prob of each token under the distribution the sampler drew it from
     ref_logprobs: torch.Tensor | None = None  # (N, T) log pi_ref(token)
     old_values: torch.Tensor | None = None  # (N, T) critic's V(s_t) at rollout time (PPO)
     advantages: torch.Tensor | None = None  # (N, T) filled by the algorithm
@@ -103,7 +104,7 @@ class Rollout:
         out["input_ids"] = torch.cat([zeros(dp, ids), ids, zeros(dt, ids)], 1)
         out["attention_mask"] = torch.cat([zeros(dp, self.attention_mask), self.attention_mask,
                                            zeros(dt, self.attention_mask)], 1)
-        for name in ("completion_ids", "completion_mask", "old_logprobs", "ref_logprobs", "old_values",
+        for name in ("completion_ids", "completion_mask", "old_logprobs", "sampling_logprobs", "ref_logprobs", "old_values",
                      "advantages", "returns", "token_rewards"):
             value = out[name]
             if value is not None:
@@ -157,14 +158,16 @@ def sample_and_score(policy, tokenizer, examples: Sequence, num_generations: int
         out = generate(policy, prompts, sampling, num_return_sequences=num_generations, generator=generator)
     rows = [examples[row // num_generations] for row in range(len(examples) * num_generations)]
     texts, finished = zip(*(tokenizer.decode_until_eos(ids) for ids in out.completion_ids.tolist()))
-    rewards = score_completions(reward_fn, [e.prompt for e in rows], texts, [e.answer for e in rows], finished)
-    correct = [task.score(e.prompt, text, e.answer, done) for e, text, done in zip(rows, texts, finished)]
+    prompts, answers = [e.prompt for e in rows], [e.answer for e in rows]
+    rewards = score_completions(reward_fn, prompts, texts, answers, finished)
+    # task.score, built once for the batch: the exact-match reward of the task's format
+    correct = score_completions(task.reward_fn({task.accuracy_reward: 1.0}), prompts, texts, answers, finished)
     return Rollout(
         input_ids=out.sequences, attention_mask=out.attention_mask, prompt_width=out.prompt_ids.shape[1],
         completion_ids=out.completion_ids, completion_mask=out.completion_mask.float(),
-        rewards=rewards.to(device), correct=torch.tensor(correct, dtype=torch.float32, device=device),
+        rewards=rewards.to(device), correct=correct.to(device),
         finished=out.finished, num_generations=num_generations, examples=rows,
-        max_completion_length=sampling.max_new_tokens,
+        max_completion_length=sampling.max_new_tokens, sampling_logprobs=out.logprobs,
     )
 
 
@@ -248,8 +251,10 @@ def completion_logits(model, rollout: Rollout, temperature: float = 1.0):
     The logit at position P-1+t predicts completion token t, so we keep positions P-1 .. P+T-2 and
     divide by the sampling temperature (the distribution the tokens were drawn from)."""
     P, T = rollout.prompt_width, rollout.completion_ids.shape[1]
-    out = model(rollout.input_ids[:, :-1], attention_mask=rollout.attention_mask[:, :-1])
-    logits = out.logits[:, P - 1 : P - 1 + T].float() / temperature  # (N, T, V)
+    # Positions P-1 .. P+T-2 are the last T of the P+T-1 inputs: the lm_head runs on those only
+    # (num_logits_to_keep), not on the prompt positions whose logits nothing uses.
+    out = model(rollout.input_ids[:, :-1], attention_mask=rollout.attention_mask[:, :-1], num_logits_to_keep=T)
+    logits = out.logits.float() / temperature  # (N, T, V)
     values = out.values[:, P - 1 : P - 1 + T] if out.values is not None else None
     return logits, values
 
