@@ -252,7 +252,7 @@ class Trainer(TrainingLoop):
         batch, then the no-grad forwards the loss needs: log pi_ref (the KL), log pi_old when the
         algorithm asks for it, and the critic's V_old. with_reference=False skips the reference's
         forward (rollout.ref_logprobs stays None): `train_step` does so when the algorithm's loss does
-        not read it (`needs_reference_logprobs`, e.g. GRPO at beta = 0)."""
+        not read it (`needs_reference_logprobs`: a policy gradient with no KL term in its loss)."""
         self.policy.eval()
         try:
             with self.autocast():
