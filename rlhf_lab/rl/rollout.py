@@ -249,13 +249,54 @@ def completion_logits(model, rollout: Rollout, temperature: float = 1.0):
     """(logits (N, T, V) float32 / temperature, values (N, T) or None) at the completion positions.
 
     The logit at position P-1+t predicts completion token t, so we keep positions P-1 .. P+T-2 and
-    divide by the sampling temperature (the distribution the tokens were drawn from)."""
+    divide by the sampling temperature (the distribution the tokens were drawn from).
+
+    When rows share a prompt (the G completions of a group), each distinct prompt goes through the
+    model once and its keys/values serve all of its rows: `shared_prompt_forward`. The same function
+    of the weights (causal attention: a prompt position never sees the completion), so the same
+    log-probs and gradients up to float rounding, for a fraction of the tokens.
+    """
     P, T = rollout.prompt_width, rollout.completion_ids.shape[1]
+    prompts = torch.cat([rollout.input_ids[:, :P], rollout.attention_mask[:, :P]], dim=1)  # (N, 2P)
+    unique, row_prompt = torch.unique(prompts, dim=0, return_inverse=True)  # (U, 2P), (N,)
+    recompute = getattr(model, "gradient_checkpointing", False) and torch.is_grad_enabled()
+    if len(unique) < len(rollout) and not recompute:  # checkpointing recomputes layers without a cache
+        logits, values = shared_prompt_forward(model, rollout, unique[:, :P], unique[:, P:], row_prompt)
+        return logits.float() / temperature, values
     # Positions P-1 .. P+T-2 are the last T of the P+T-1 inputs: the lm_head runs on those only
     # (num_logits_to_keep), not on the prompt positions whose logits nothing uses.
     out = model(rollout.input_ids[:, :-1], attention_mask=rollout.attention_mask[:, :-1], num_logits_to_keep=T)
     logits = out.logits.float() / temperature  # (N, T, V)
     values = out.values[:, P - 1 : P - 1 + T] if out.values is not None else None
+    return logits, values
+
+
+def shared_prompt_forward(model, rollout: Rollout, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                          row_prompt: torch.Tensor):
+    """Teacher-forced logits (N, T, V) and values (N, T) or None, each prompt computed once.
+
+    prompt_ids, prompt_mask: (U, P) the distinct (left-padded) prompts; row_prompt: (N,) which of them
+    row n continues. 1. the U prompts through the model, keys/values kept in a cache (with their
+    gradient); its last position gives the logit of completion token 0. 2. the cache's rows indexed by
+    row_prompt (autograd sums the gradient of the rows that share a prompt), then the N completions'
+    first T-1 tokens attend to it: the logits of tokens 1 .. T-1. Tokens: U*P + N*(T-1), not N*(P+T-1).
+    The same idea as Prefix Grouper (arXiv 2506.05433) for GRPO's shared prompts.
+    """
+    from ..model.kv_cache import DynamicCache
+
+    T = rollout.completion_ids.shape[1]
+    prefix = DynamicCache()
+    head = model(prompt_ids, attention_mask=prompt_mask, cache=prefix, num_logits_to_keep=1)
+    logits = head.logits[row_prompt]  # (N, 1, V): predicts completion token 0
+    values = head.values[row_prompt, -1:] if head.values is not None else None
+    if T > 1:
+        rows = DynamicCache()
+        rows.keys = [k[row_prompt] for k in prefix.keys]  # (N, K, P, D) per layer
+        rows.values = [v[row_prompt] for v in prefix.values]
+        tail = model(rollout.completion_ids[:, : T - 1], attention_mask=rollout.attention_mask[:, :-1], cache=rows)
+        logits = torch.cat([logits, tail.logits], dim=1)  # (N, T, V)
+        if values is not None:
+            values = torch.cat([values, tail.values], dim=1)
     return logits, values
 
 
