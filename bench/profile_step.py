@@ -19,7 +19,8 @@ Floor: FLOPs counted from the shapes (2 per multiply-add of every matmul: projec
 scores and values, lm_head; backward = 2 x forward), divided by this CPU's fp32 matmul throughput
 measured at the same shapes (`torch.nn.functional.linear`, the op the model uses). Overhead share:
 the phase run on 1 row instead of N (same lengths, almost no arithmetic) over the phase on N rows,
-i.e. the part of the time that is Python and op dispatch rather than arithmetic.
+i.e. the part of the time that is Python and op dispatch rather than arithmetic. All times are
+CPU seconds of this process (steady on a shared machine; with 1 thread, equal to wall time when idle).
 """
 
 from __future__ import annotations
@@ -41,21 +42,23 @@ from rlhf_lab.sampling.processors import process_logits, sample_next_token
 
 
 def clock(fn, repeat: int = 1):
-    """(median seconds of fn(), its last result)."""
+    """(median CPU seconds of fn(), its last result). CPU time of this process, not wall time: with one
+    thread it is the time spent computing, which other jobs on a shared machine do not stretch."""
     times, result = [], None
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = time.process_time()
         result = fn()
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return statistics.median(times), result
 
 
-def linear_gflops(rows: int, fan_in: int, fan_out: int, repeat: int = 20) -> float:
-    """Measured fp32 throughput of F.linear at (rows, fan_in) x (fan_in, fan_out), GFLOP/s."""
+def linear_gflops(rows: int, fan_in: int, fan_out: int, repeat: int = 30) -> float:
+    """Measured fp32 throughput of F.linear at (rows, fan_in) x (fan_in, fan_out), GFLOP/s: the best
+    of `repeat` calls (the floor is what the CPU can do, not what a busy moment let it do)."""
     x, w = torch.randn(rows, fan_in), torch.randn(fan_out, fan_in)
     F.linear(x, w)
-    seconds, _ = clock(lambda: F.linear(x, w), repeat)
-    return 2 * rows * fan_in * fan_out / seconds / 1e9
+    best = min(clock(lambda: F.linear(x, w))[0] for _ in range(repeat))
+    return 2 * rows * fan_in * fan_out / max(best, 1e-9) / 1e9
 
 
 def forward_flops(config, rows: int, positions: int, keys: float, logits: int) -> float:
@@ -92,10 +95,13 @@ def main() -> None:
         examples = sampler.draw_prompts(c.prompts_per_step)
         prompts = [trainer.tokenizer.encode(e.prompt, add_bos=True) for e in examples]
         policy.eval()
-        out = generate(policy, prompts, sampler.sampling, num_return_sequences=G, generator=sampler.sample_generator)
+        seconds, out = clock(lambda: generate(policy, prompts, sampler.sampling, num_return_sequences=G,
+                                              generator=sampler.sample_generator))
         steps = out.timings["steps"]
         N, P = out.completion_ids.shape[0], out.prompt_ids.shape[1]
-        note("rollout: prefill", out.timings["prefill_s"])
+        prefill_share = out.timings["prefill_s"] / (out.timings["prefill_s"] + out.timings["decode_s"])
+        note("rollout: prefill", seconds * prefill_share)  # generate's own wall-clock split, applied to CPU time
+        decode = seconds * (1 - prefill_share)
         logits = torch.randn(N, V)
         context = out.sequences[:, : P + 1]
 
@@ -105,7 +111,7 @@ def main() -> None:
                                   sampler.sample_generator)
 
         seconds, _ = clock(processors_and_sampling)
-        note("rollout: decode loop (model)", out.timings["decode_s"] - seconds)
+        note("rollout: decode loop (model)", decode - seconds)
         note("rollout: processors + sampling", seconds)
         one = generate(policy, prompts[:1], sampler.sampling, num_return_sequences=1, stop_at_eos=False,
                        generator=sampler.sample_generator)
@@ -127,16 +133,20 @@ def main() -> None:
         with torch.no_grad():
             rollout = trainer.collect_rollout(with_reference=False)
             T = rollout.completion_ids.shape[1]
-            width = rollout.input_ids.shape[1] - 1
             note("reference: full batch (skipped at beta = 0)", clock(lambda: trainer.reference_logprobs(rollout))[0])
             note("reference: KL-metric sample (64 rows)", clock(lambda: trainer.sampled_kl_metrics(rollout))[0])
             note("reference: full batch (skipped at beta = 0)",
                  clock(lambda: trainer.reference_logprobs(rollout.select(torch.arange(1))))[0], small)
         policy.train()
         trainer.algorithm.compute_advantages(rollout)
-        fwd = forward_flops(mc, N, width, (width + 1) / 2, T)
+        # teacher-forced forward as completion_logits runs it: each distinct prompt once (U x P tokens),
+        # then every row's first T-1 completion tokens over P + t keys
+        U = len(torch.unique(rollout.input_ids[:, :P], dim=0))
+        fwd = forward_flops(mc, U, P, (P + 1) / 2, 1) + forward_flops(mc, N, T - 1, P + T / 2, T - 1)
+        sample = min(c.kl_metric_samples or N, N)
         flops["reference: full batch (skipped at beta = 0)"] = fwd
-        flops["reference: KL-metric sample (64 rows)"] = fwd * min(c.kl_metric_samples or N, N) / N
+        flops["reference: KL-metric sample (64 rows)"] = (forward_flops(mc, min(U, sample), P, (P + 1) / 2, 1)
+                                                          + forward_flops(mc, sample, T - 1, P + T / 2, T - 1))
         flops["update: forward"], flops["update: backward"] = fwd, 2 * fwd
         for name, batch, store in (("", rollout, times), ("", rollout.select(torch.arange(1)), small)):
             seconds, policy_out = clock(lambda b=batch: trainer.policy_outputs(b, with_entropy=True))
@@ -152,15 +162,16 @@ def main() -> None:
                 trainer.optimizer.step()
 
             note("update: clip + AdamW", clock(optimise)[0], store)
-        # --- a whole step, to find what is not in the phases above
-        start = time.perf_counter()
+        # --- a whole step, to find what is not in the phases above (wall-clock parts scaled to CPU time)
+        wall, cpu = time.perf_counter(), time.process_time()
         row = trainer.train_step()
-        note("whole train_step", time.perf_counter() - start)
-        note("bookkeeping (train_step - rollout - update)", time.perf_counter() - start - row["step_time"])
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        note("whole train_step", cpu)
+        note("bookkeeping (train_step - rollout - update)", cpu * (1 - row["step_time"] / wall))
         load.append(os.getloadavg()[0])
 
     # --- the matmul throughput the floors are computed with
-    tokens = N * width
+    tokens = N * (T - 1)  # the completion tokens of the update's forward, its largest matmuls
     gflops_update = linear_gflops(tokens, mc.hidden_size, mc.intermediate_size)
     gflops_decode = linear_gflops(N, mc.hidden_size, mc.intermediate_size)
     median = {name: statistics.median(v) for name, v in times.items()}
@@ -168,11 +179,11 @@ def main() -> None:
     print(f"\nProfile of one {args.algo} step, {date.today()}, {platform.machine()} {platform.processor() or ''}, "
           f"torch {torch.__version__}, {args.threads} thread(s), 1-minute load average {min(load):.2f}-{max(load):.2f}; "
           f"{c.prompts_per_step} prompts x {G} completions (last step: prompt width {P}, {steps} decode steps, "
-          f"forward width {width}); median of {args.steps} steps\n")
+          f"forward: {U} distinct prompts x {P} + {N} rows x {T - 1} tokens); median of {args.steps} steps\n")
     print(f"fp32 F.linear throughput: {gflops_update:.1f} GFLOP/s at ({tokens}, {mc.hidden_size}) x "
           f"({mc.hidden_size}, {mc.intermediate_size}) (update, reference), {gflops_decode:.1f} GFLOP/s at "
           f"({N}, {mc.hidden_size}) x ({mc.hidden_size}, {mc.intermediate_size}) (prefill, decode)\n")
-    print("| phase | ms | share of step | MFLOP | floor ms | x floor | overhead share (1 row / N rows) |")
+    print("| phase | CPU ms | share of step | MFLOP | floor ms | x floor | overhead share (1 row / N rows) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name, seconds in median.items():
         share = "-" if name.startswith("reference: full") or name == "whole train_step" else f"{seconds / step:.0%}"

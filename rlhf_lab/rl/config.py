@@ -45,6 +45,7 @@ class RLConfig(Validated):
     # --- schedule and bookkeeping
     steps: int = 200
     time_budget: float | None = None  # seconds of training wall time (evaluation excluded)
+    stop_at_accuracy: float | None = None  # stop at the first held-out evaluation reaching this accuracy
     eval_every: int = 10
     eval_examples: int = 200
     seed: int = 0
@@ -98,6 +99,7 @@ class RLConfig(Validated):
             check_number("epsilon_high", self.epsilon_high, low=0)
         if self.time_budget is not None:
             check_number("time_budget", self.time_budget, low=0, low_open=True)
+        check_optional(check_number, "stop_at_accuracy", self.stop_at_accuracy, low=0, high=1, low_open=True)
         batch = self.prompts_per_step * self.num_generations
         if batch % self.num_minibatches:
             raise ValueError(

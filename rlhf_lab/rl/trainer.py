@@ -291,6 +291,11 @@ class Trainer(TrainingLoop):
                 old = policy_forward(self.policy, sample, self.config.temperature).logprobs
         return kl_metrics(old, ref, sample.completion_mask)
 
+    def early_stop(self, metrics: dict) -> str | None:
+        """"stop_at_accuracy" once a held-out evaluation reaches config.stop_at_accuracy (the race's targets)."""
+        target = self.config.stop_at_accuracy
+        return "stop_at_accuracy" if target is not None and metrics["eval_accuracy"] >= target else None
+
     def policy_outputs(self, minibatch: Rollout, with_entropy: bool = False) -> PolicyOutput:
         """Log pi(token) under the weights being trained (with gradient), and V(s_t) from the critic."""
         T, shared = self.config.temperature, self.critic is self.policy
