@@ -39,7 +39,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if _fused_rms_norm is not None:  # one fused kernel, same formula (torch >= 2.4)
+        if _fused_rms_norm is not None:  # one call, same formula (torch >= 2.4)
+            if x.dtype == torch.float32:  # nothing to cast (the common case: skips two calls per norm)
+                return self.weight * _fused_rms_norm(x, (x.shape[-1],), eps=self.eps)
             return self.weight * _fused_rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -90,18 +92,22 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         B, T, _ = x.shape
         H, K, D = self.num_heads, self.num_kv_heads, self.head_dim
-        if self.qkv_fused is not None and not torch.is_grad_enabled():
-            # [q | k | v] = x [W_q | W_k | W_v]^T, one matmul, then split by heads: (B, T, H + 2K, D)
-            q, k, v = F.linear(x, *self.qkv_fused).view(B, T, H + 2 * K, D).split([H, K, K], dim=2)
+        if self.qkv_fused is not None and not torch.is_grad_enabled() and self.q_norm is None:
+            # [q | k | v] = x [W_q | W_k | W_v]^T: one matmul, heads side by side (B, H + 2K, T, D), and one
+            # RoPE call rotates the H query and K key heads together
+            qkv = F.linear(x, *self.qkv_fused).view(B, T, H + 2 * K, D).transpose(1, 2)
+            qk = apply_rope(qkv[:, : H + K], cos, sin, interleaved=self.interleaved)
+            # k gets its own buffer as in the unfused path: the attention matmul's rounding follows k's layout
+            q, k, v = qk[:, :H], qk[:, H:].contiguous(), qkv[:, H + K :]  # (B, H|K|K, T, D)
         else:
             q = self.q_proj(x).view(B, T, H, D)  # (B, T, H, D)
             k = self.k_proj(x).view(B, T, K, D)  # (B, T, K, D)
-            v = self.v_proj(x).view(B, T, K, D)  # (B, T, K, D)
-        if self.q_norm is not None:  # Qwen3: normalise each head before RoPE rotates it
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D), (B, K, T, D) x 2
-        q = apply_rope(q, cos, sin, interleaved=self.interleaved)
-        k = apply_rope(k, cos, sin, interleaved=self.interleaved)
+            if self.q_norm is not None:  # Qwen3: normalise each head before RoPE rotates it
+                q, k = self.q_norm(q), self.k_norm(k)
+            q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, T, D), (B, K, T, D)
+            v = self.v_proj(x).view(B, T, K, D).transpose(1, 2)  # (B, K, T, D)
+            q = apply_rope(q, cos, sin, interleaved=self.interleaved)
+            k = apply_rope(k, cos, sin, interleaved=self.interleaved)
         if cache is not None:
             # The cache stores keys AFTER RoPE and BEFORE the GQA repeat, as transformers does.
             k, v = cache.update(self.layer_idx, k, v)  # (B, K, S, D)
@@ -125,11 +131,13 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
     B, H, T, D = q.shape
     K, S = k.shape[1], k.shape[2]
     G = H // K
-    scores = (q.reshape(B, K, G * T, D) @ k.transpose(-1, -2)) * D**-0.5  # (B, K, G*T, S)
+    # B*K small matmuls in one bmm on (B*K, ., .) reshapes: what `@` does, minus its broadcasting steps
+    k_t = k.transpose(-1, -2).reshape(B * K, D, S)
+    scores = torch.bmm(q.reshape(B * K, G * T, D), k_t).view(B, K, G * T, S) * D**-0.5  # q k^T / sqrt(D)
     if mask is not None:
         scores = scores.view(B, K, G, T, S).masked_fill(~mask[:, None], float("-inf")).view(B, K, G * T, S)
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)  # softmax in float32
-    return (probs @ v).view(B, H, T, D)
+    return torch.bmm(probs.view(B * K, G * T, S), v.reshape(B * K, S, D)).view(B, H, T, D)
 
 
 class MLP(nn.Module):
@@ -344,8 +352,11 @@ class LlamaModel(nn.Module):
         kept = h[:, -num_logits_to_keep:] if num_logits_to_keep else h
         # Logits in float32 even under bf16 autocast or with bf16 weights: log-probs and the PPO/GRPO
         # ratio exp(log pi - log pi_old) are differences of nearly equal numbers, and bf16 keeps 8 bits.
-        with torch.autocast(device_type=kept.device.type, enabled=False):
-            logits = F.linear(kept.float(), self.lm_head.weight.float())
+        if kept.dtype == self.lm_head.weight.dtype == torch.float32 and not torch.is_autocast_enabled(kept.device.type):
+            logits = F.linear(kept, self.lm_head.weight)  # already float32, and no autocast to turn off
+        else:
+            with torch.autocast(device_type=kept.device.type, enabled=False):
+                logits = F.linear(kept.float(), self.lm_head.weight.float())
         values = self.value_head(h).squeeze(-1).float() if self.value_head is not None else None
         return ModelOutput(logits=logits, cache=cache, values=values, hidden_states=h)
 
