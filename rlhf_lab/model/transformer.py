@@ -92,14 +92,7 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         B, T, _ = x.shape
         H, K, D = self.num_heads, self.num_kv_heads, self.head_dim
-        if self.qkv_fused is not None and not torch.is_grad_enabled() and self.q_norm is None:
-            # [q | k | v] = x [W_q | W_k | W_v]^T: one matmul, heads side by side (B, H + 2K, T, D), and one
-            # RoPE call rotates the H query and K key heads together
-            qkv = F.linear(x, *self.qkv_fused).view(B, T, H + 2 * K, D).transpose(1, 2)
-            qk = apply_rope(qkv[:, : H + K], cos, sin, interleaved=self.interleaved)
-            # k gets its own buffer as in the unfused path: the attention matmul's rounding follows k's layout
-            q, k, v = qk[:, :H], qk[:, H:].contiguous(), qkv[:, H + K :]  # (B, H|K|K, T, D)
-        else:
+        if self.qkv_fused is None or torch.is_grad_enabled() or self.q_norm is not None:
             q = self.q_proj(x).view(B, T, H, D)  # (B, T, H, D)
             k = self.k_proj(x).view(B, T, K, D)  # (B, T, K, D)
             if self.q_norm is not None:  # Qwen3: normalise each head before RoPE rotates it
@@ -108,6 +101,13 @@ class Attention(nn.Module):
             v = self.v_proj(x).view(B, T, K, D).transpose(1, 2)  # (B, K, T, D)
             q = apply_rope(q, cos, sin, interleaved=self.interleaved)
             k = apply_rope(k, cos, sin, interleaved=self.interleaved)
+        else:  # generation (see fuse_projections): the same numbers with fewer ops
+            # [q | k | v] = x [W_q | W_k | W_v]^T: one matmul, heads side by side (B, H + 2K, T, D), and one
+            # RoPE call rotates the H query and K key heads together
+            qkv = F.linear(x, *self.qkv_fused).view(B, T, H + 2 * K, D).transpose(1, 2)
+            qk = apply_rope(qkv[:, : H + K], cos, sin, interleaved=self.interleaved)
+            # k gets its own buffer as in the unfused path: the attention matmul's rounding follows k's layout
+            q, k, v = qk[:, :H], qk[:, H:].contiguous(), qkv[:, H + K :]  # (B, H|K|K, T, D)
         if cache is not None:
             # The cache stores keys AFTER RoPE and BEFORE the GQA repeat, as transformers does.
             k, v = cache.update(self.layer_idx, k, v)  # (B, K, S, D)
@@ -157,13 +157,13 @@ class MLP(nn.Module):
         self.gate_up_fused = (torch.cat([self.gate_proj.weight, self.up_proj.weight]), bias) if enabled else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gate_up_fused is not None and not torch.is_grad_enabled():
-            gate, up = F.linear(x, *self.gate_up_fused).chunk(2, dim=-1)  # [gate | up] = x [W_g | W_u]^T
+        if self.gate_up_fused is None or torch.is_grad_enabled():
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        else:  # generation: [gate | up] = x [W_g | W_u]^T in one matmul (see fuse_projections)
+            gate, up = F.linear(x, *self.gate_up_fused).chunk(2, dim=-1)
             # silu's kernel for a strided view rounds differently from its contiguous one: copy, to get
             # the very numbers of the unfused path
             gate = gate.contiguous()
-        else:
-            gate, up = self.gate_proj(x), self.up_proj(x)
         return self.down_proj(F.silu(gate) * up)
 
 
@@ -212,14 +212,16 @@ def build_attention_mask(
     if attention_mask is None and num_new == 1:
         return None
     total = past_len + num_new
+    if attention_mask is not None and attention_mask.shape[-1] != total:
+        raise ValueError(f"attention_mask covers {attention_mask.shape[-1]} positions but past + new = {total}")
+    if num_new == 1:  # one new token (a decoding step): every key is in its past, only padding is hidden
+        allowed = attention_mask != 0  # (B, S), a new tensor
+        allowed[:, -1] = True  # the query itself
+        return allowed[:, None, None, :]  # (B, 1, 1, S)
     key_pos = torch.arange(total, device=device)
     query_pos = torch.arange(past_len, total, device=device)
     allowed = key_pos[None, :] <= query_pos[:, None]  # (T, S) causal
     if attention_mask is not None:
-        if attention_mask.shape[-1] != total:
-            raise ValueError(
-                f"attention_mask covers {attention_mask.shape[-1]} positions but past + new = {total}"
-            )
         allowed = allowed[None] & attention_mask[:, None, :].bool()  # (B, T, S)
         allowed = allowed | (key_pos[None, None, :] == query_pos[None, :, None])
     else:
