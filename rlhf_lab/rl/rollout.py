@@ -311,12 +311,14 @@ def shared_prompt_forward(model, rollout: Rollout, prompt_ids: torch.Tensor, pro
     T = rollout.completion_ids.shape[1]
     prefix = DynamicCache()
     head = model(prompt_ids, attention_mask=prompt_mask, cache=prefix, num_logits_to_keep=1)
-    logits = head.logits[row_prompt]  # (N, 1, V): predicts completion token 0
-    values = head.values[row_prompt, -1:] if head.values is not None else None
+    # index_select rather than [row_prompt]: the same rows, and a backward that adds each row's gradient
+    # into its prompt with index_add (~2.5x faster on the CPU than indexing's accumulating index_put)
+    logits = head.logits.index_select(0, row_prompt)  # (N, 1, V): predicts completion token 0
+    values = head.values.index_select(0, row_prompt)[:, -1:] if head.values is not None else None
     if T > 1:
         rows = DynamicCache()
-        rows.keys = [k[row_prompt] for k in prefix.keys]  # (N, K, P, D) per layer
-        rows.values = [v[row_prompt] for v in prefix.values]
+        rows.keys = [k.index_select(0, row_prompt) for k in prefix.keys]  # (N, K, P, D) per layer
+        rows.values = [v.index_select(0, row_prompt) for v in prefix.values]
         tail = model(rollout.completion_ids[:, : T - 1], attention_mask=rollout.attention_mask[:, :-1], cache=rows)
         logits = torch.cat([logits, tail.logits], dim=1)  # (N, T, V)
         if values is not None:
