@@ -79,8 +79,12 @@ class Attention(nn.Module):
         always use the three modules (the stack would not pass gradients back to them).
         """
         projections = (self.q_proj, self.k_proj, self.v_proj)
+        if not enabled or not all(type(p) is nn.Linear for p in projections):
+            # A wrapped projection (a LoRA adapter, say) computes more than x W^T + b: keep calling it.
+            self.qkv_fused = None
+            return
         bias = torch.cat([p.bias for p in projections]) if self.q_proj.bias is not None else None
-        self.qkv_fused = (torch.cat([p.weight for p in projections]), bias) if enabled else None
+        self.qkv_fused = (torch.cat([p.weight for p in projections]), bias)
 
     def forward(
         self,
@@ -164,8 +168,11 @@ class MLP(nn.Module):
 
     def fuse_projections(self, enabled: bool = True) -> None:
         """Stack W_gate and W_up into one (2I, C) matrix for forwards without gradients (see Attention's)."""
+        if not enabled or not (type(self.gate_proj) is type(self.up_proj) is nn.Linear):  # as in Attention's
+            self.gate_up_fused = None
+            return
         bias = torch.cat([self.gate_proj.bias, self.up_proj.bias]) if self.gate_proj.bias is not None else None
-        self.gate_up_fused = (torch.cat([self.gate_proj.weight, self.up_proj.weight]), bias) if enabled else None
+        self.gate_up_fused = (torch.cat([self.gate_proj.weight, self.up_proj.weight]), bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up_fused is None or torch.is_grad_enabled():
