@@ -126,6 +126,9 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim))
 
 
+SOFTMAX_MIN_KEYS = 16  # grouped_attention pads shorter key axes to this many on the CPU
+
+
 def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """softmax(q k^T / sqrt(D) + mask) v with grouped-query heads, without copying k and v.
 
@@ -141,9 +144,17 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
     k_t = k.transpose(-1, -2).reshape(B * K, D, S)
     scores = torch.bmm(q.reshape(B * K, G * T, D), k_t).view(B, K, G * T, S) * D**-0.5  # q k^T / sqrt(D)
     if mask is not None:
-        scores = scores.view(B, K, G, T, S).masked_fill(~mask[:, None], float("-inf")).view(B, K, G * T, S)
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)  # softmax in float32
-    return torch.bmm(probs.view(B * K, G * T, S), v.reshape(B * K, S, D)).view(B, H, T, D)
+        # where(mask, scores, -inf): the masked_fill(~mask, -inf) of the formula without building ~mask
+        scores = torch.where(mask[:, None], scores.view(B, K, G, T, S), float("-inf")).view(B, K, G * T, S)
+    if S < SOFTMAX_MIN_KEYS and scores.device.type == "cpu":
+        # torch's CPU softmax over a last dimension under 16 is ~8x slower than over 16 (bench/RESULTS.md,
+        # "Profile of the default GRPO step"): pad with -inf keys, whose probability is exactly 0, and drop
+        # them after. The same probabilities up to the order of the float32 sum.
+        scores = F.pad(scores, (0, SOFTMAX_MIN_KEYS - S), value=float("-inf"))
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)[..., :S].to(v.dtype).reshape(B * K, G * T, S)
+    else:
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype).view(B * K, G * T, S)  # float32
+    return torch.bmm(probs, v.reshape(B * K, S, D)).view(B, H, T, D)
 
 
 class MLP(nn.Module):

@@ -23,6 +23,7 @@ import torch
 from ..device import autocast
 from ..sampling import SamplingConfig, generate
 from .losses import entropy_from_logits, selective_log_softmax
+from .routing import is_moe
 
 
 @dataclass
@@ -39,6 +40,7 @@ class Rollout:
     examples: list | None = None  # (N,) the task Example each row answers (rows of a group share one)
     max_completion_length: int | None = None  # the generation budget (Dr. GRPO's constant, DAPO's L_max)
     old_logprobs: torch.Tensor | None = None  # (N, T) log pi_old(token) at rollout time
+    sampling_logprobs: torch.Tensor | None = None  # (N, T) log-prob of each token under the distribution the sampler drew it from
     ref_logprobs: torch.Tensor | None = None  # (N, T) log pi_ref(token)
     old_values: torch.Tensor | None = None  # (N, T) critic's V(s_t) at rollout time (PPO)
     advantages: torch.Tensor | None = None  # (N, T) filled by the algorithm
@@ -107,7 +109,7 @@ class Rollout:
         out["input_ids"] = torch.cat([zeros(dp, ids), ids, zeros(dt, ids)], 1)
         out["attention_mask"] = torch.cat([zeros(dp, self.attention_mask), self.attention_mask,
                                            zeros(dt, self.attention_mask)], 1)
-        for name in ("completion_ids", "completion_mask", "old_logprobs", "ref_logprobs", "old_values",
+        for name in ("completion_ids", "completion_mask", "old_logprobs", "sampling_logprobs", "ref_logprobs", "old_values",
                      "advantages", "returns", "token_rewards"):
             value = out[name]
             if value is not None:
@@ -161,14 +163,16 @@ def sample_and_score(policy, tokenizer, examples: Sequence, num_generations: int
         out = generate(policy, prompts, sampling, num_return_sequences=num_generations, generator=generator)
     rows = [examples[row // num_generations] for row in range(len(examples) * num_generations)]
     texts, finished = zip(*(tokenizer.decode_until_eos(ids) for ids in out.completion_ids.tolist()))
-    rewards = score_completions(reward_fn, [e.prompt for e in rows], texts, [e.answer for e in rows], finished)
-    correct = [task.score(e.prompt, text, e.answer, done) for e, text, done in zip(rows, texts, finished)]
+    prompts, answers = [e.prompt for e in rows], [e.answer for e in rows]
+    rewards = score_completions(reward_fn, prompts, texts, answers, finished)
+    # task.score, built once for the batch: the exact-match reward of the task's format
+    correct = score_completions(task.reward_fn({task.accuracy_reward: 1.0}), prompts, texts, answers, finished)
     return Rollout(
         input_ids=out.sequences, attention_mask=out.attention_mask, prompt_width=out.prompt_ids.shape[1],
         completion_ids=out.completion_ids, completion_mask=out.completion_mask.float(),
-        rewards=rewards.to(device), correct=torch.tensor(correct, dtype=torch.float32, device=device),
+        rewards=rewards.to(device), correct=correct.to(device),
         finished=out.finished, num_generations=num_generations, examples=rows,
-        max_completion_length=sampling.max_new_tokens,
+        max_completion_length=sampling.max_new_tokens, sampling_logprobs=out.logprobs,
     )
 
 
@@ -250,37 +254,122 @@ class PolicyOutput:
     aux_loss: torch.Tensor | None = None  # scalar: router_aux_loss_coef * balance + router_z_loss_coef * z
 
 
-def rollout_forward(model, rollout: Rollout, expert_indices: tuple[torch.Tensor, ...] | None = None):
+def rollout_forward(model, rollout: Rollout, expert_indices: tuple[torch.Tensor, ...] | None = None,
+                    num_logits_to_keep: int = 0):
     """The model's output (ModelOutput) on prompt + completion minus the last token, teacher-forced.
-    expert_indices: an MoE model uses these experts (routing replay, rlhf_lab.rl.routing)."""
+    expert_indices: an MoE model uses these experts (routing replay, rlhf_lab.rl.routing);
+    num_logits_to_keep: the lm_head runs on the last positions only (0 = all)."""
     replay = {} if expert_indices is None else {"expert_indices": expert_indices}
-    return model(rollout.input_ids[:, :-1], attention_mask=rollout.attention_mask[:, :-1], **replay)
+    return model(rollout.input_ids[:, :-1], attention_mask=rollout.attention_mask[:, :-1],
+                 num_logits_to_keep=num_logits_to_keep, **replay)
 
 
-def completion_logits(model, rollout: Rollout, temperature: float = 1.0, output=None):
+def completion_logits(model, rollout: Rollout, temperature: float = 1.0, share_prompts: bool = False, output=None):
     """(logits (N, T, V) float32 / temperature, values (N, T) or None) at the completion positions.
 
     The logit at position P-1+t predicts completion token t, so we keep positions P-1 .. P+T-2 and
     divide by the sampling temperature (the distribution the tokens were drawn from).
-    output: a `rollout_forward` already run (default: run it now)."""
+
+    share_prompts=True (what the RL Trainer uses): when rows share a prompt (the G completions of a
+    group), each distinct prompt goes through the model once and its keys/values serve all of its
+    rows: `shared_prompt_forward`. The same function of the weights (causal attention: a prompt
+    position never sees the completion), so the same log-probs and gradients up to float rounding,
+    for a fraction of the tokens. The default, one forward over every row's whole sequence, gives each
+    row the same bits whatever else is in the batch (DPO compares pi and pi_ref computed in different
+    batches and counts exact ties).
+
+    output: a `rollout_forward` already run over every row's whole sequence (what an MoE policy
+    needs for its router outputs); its logits are sliced, nothing is recomputed.
+    """
     P, T = rollout.prompt_width, rollout.completion_ids.shape[1]
-    out = rollout_forward(model, rollout) if output is None else output
-    logits = out.logits[:, P - 1 : P - 1 + T].float() / temperature  # (N, T, V)
+    if output is not None:  # positions P-1 .. P+T-2 are the last T, whatever num_logits_to_keep was
+        values = output.values[:, P - 1 : P - 1 + T] if output.values is not None else None
+        return output.logits[:, -T:].float() / temperature, values
+    recompute = getattr(model, "gradient_checkpointing", False) and torch.is_grad_enabled()
+    if share_prompts and not recompute:  # checkpointing recomputes layers without a cache
+        prompts = torch.cat([rollout.input_ids[:, :P], rollout.attention_mask[:, :P]], dim=1)  # (N, 2P)
+        unique, row_prompt = distinct_rows(prompts)  # (U, 2P), (N,)
+        if len(unique) < len(rollout):
+            logits, values = shared_prompt_forward(model, rollout, unique[:, :P], unique[:, P:], row_prompt)
+            return logits.float() / temperature, values
+    # Positions P-1 .. P+T-2 are the last T of the P+T-1 inputs: the lm_head runs on those only
+    # (num_logits_to_keep), not on the prompt positions whose logits nothing uses.
+    out = rollout_forward(model, rollout, num_logits_to_keep=T)
+    logits = out.logits.float() / temperature  # (N, T, V)
     values = out.values[:, P - 1 : P - 1 + T] if out.values is not None else None
     return logits, values
 
 
+def distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(distinct (U, W), inverse (N,)) of an integer matrix's rows: distinct[inverse] == rows, as
+    torch.unique(rows, dim=0, return_inverse=True) gives (whose CPU kernel compares rows one pair at a
+    time: ~1,500 small ops for 256 rows), up to the order of the distinct rows.
+
+    Each row is summarised by one integer key, sum_j rows[:, j] * w_j with fixed odd weights, the keys
+    made unique in one call, and the result checked exactly (distinct[inverse] == rows); should two
+    different rows ever share a key, the check fails and torch.unique's row comparison answers."""
+    n, width = rows.shape
+    weights = (torch.arange(1, width + 1, device=rows.device) * 2654435761) % (1 << 31) | 1  # Knuth's multiplier
+    keys, inverse = torch.unique((rows.long() * weights).sum(1), return_inverse=True)  # (U,), (N,)
+    # each key's first row stands for it
+    first = torch.full((len(keys),), n, device=rows.device).scatter_reduce_(
+        0, inverse, torch.arange(n, device=rows.device), "amin")
+    distinct = rows[first]
+    if torch.equal(distinct[inverse], rows):
+        return distinct, inverse
+    return torch.unique(rows, dim=0, return_inverse=True)
+
+
+def shared_prompt_forward(model, rollout: Rollout, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                          row_prompt: torch.Tensor):
+    """Teacher-forced logits (N, T, V) and values (N, T) or None, each prompt computed once.
+
+    prompt_ids, prompt_mask: (U, P) the distinct (left-padded) prompts; row_prompt: (N,) which of them
+    row n continues. 1. the U prompts through the model, keys/values kept in a cache (with their
+    gradient); its last position gives the logit of completion token 0. 2. the cache's rows indexed by
+    row_prompt (autograd sums the gradient of the rows that share a prompt), then the N completions'
+    first T-1 tokens attend to it: the logits of tokens 1 .. T-1. Tokens: U*P + N*(T-1), not N*(P+T-1).
+    The same idea as Prefix Grouper (arXiv 2506.05433) for GRPO's shared prompts.
+    """
+    from ..model.kv_cache import DynamicCache
+
+    T = rollout.completion_ids.shape[1]
+    prefix = DynamicCache()
+    head = model(prompt_ids, attention_mask=prompt_mask, cache=prefix, num_logits_to_keep=1)
+    # index_select rather than [row_prompt]: the same rows, and a backward that adds each row's gradient
+    # into its prompt with index_add (~2.5x faster on the CPU than indexing's accumulating index_put)
+    logits = head.logits.index_select(0, row_prompt)  # (N, 1, V): predicts completion token 0
+    values = head.values.index_select(0, row_prompt)[:, -1:] if head.values is not None else None
+    if T > 1:
+        rows = DynamicCache()
+        rows.keys = [k.index_select(0, row_prompt) for k in prefix.keys]  # (N, K, P, D) per layer
+        rows.values = [v.index_select(0, row_prompt) for v in prefix.values]
+        tail = model(rollout.completion_ids[:, : T - 1], attention_mask=rollout.attention_mask[:, :-1], cache=rows)
+        logits = torch.cat([logits, tail.logits], dim=1)  # (N, T, V)
+        if values is not None:
+            values = torch.cat([values, tail.values], dim=1)
+    return logits, values
+
+
 def policy_forward(model, rollout: Rollout, temperature: float = 1.0, with_entropy: bool = False,
-                   with_values: bool = False, expert_indices: tuple[torch.Tensor, ...] | None = None) -> PolicyOutput:
+                   with_values: bool = False, share_prompts: bool = False,
+                   expert_indices: tuple[torch.Tensor, ...] | None = None) -> PolicyOutput:
     """Log-probs (and optionally entropy, values) of the rollout's completion tokens under `model`:
-    a float32 log-softmax of `completion_logits` at the chosen ids. An MoE model also returns its
-    router outputs; `expert_indices` replays given experts (rlhf_lab.rl.routing)."""
-    out = rollout_forward(model, rollout, expert_indices)
-    logits, values = completion_logits(model, rollout, temperature, output=out)
+    a float32 log-softmax of `completion_logits` at the chosen ids.
+
+    An MoE model always takes one forward over every row's whole sequence (share_prompts does not
+    apply): its router outputs, returned here, and routing replay's `expert_indices` (one (N, P+T-1, k)
+    tensor per layer, rlhf_lab.rl.routing) cover every position of every row."""
+    out = None
+    if is_moe(model) or expert_indices is not None:
+        out = rollout_forward(model, rollout, expert_indices, num_logits_to_keep=rollout.completion_ids.shape[1])
+    logits, values = completion_logits(model, rollout, temperature, share_prompts, output=out)
     logprobs = selective_log_softmax(logits, rollout.completion_ids)
     entropy = entropy_from_logits(logits.detach()) if with_entropy else None
     return PolicyOutput(logprobs=logprobs, entropy=entropy, values=values if with_values else None,
-                        router_logits=out.router_logits, expert_indices=out.expert_indices, aux_loss=out.aux_loss)
+                        router_logits=None if out is None else out.router_logits,
+                        expert_indices=None if out is None else out.expert_indices,
+                        aux_loss=None if out is None else out.aux_loss)
 
 
 def next_token_logprobs(model, rollout: Rollout, temperature: float = 1.0, dtype: torch.dtype = torch.float32):
