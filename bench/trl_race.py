@@ -69,6 +69,7 @@ import sys
 import tempfile
 import time
 from datetime import date
+from pathlib import Path
 
 import torch
 
@@ -199,7 +200,7 @@ class Clock:
         times = [b - a for a, b in zip([0.0] + self.ends, self.ends)]
         later = times[1:] or times  # step 1 pays first-call warm-up in both libraries
         return {"steps": len(self.ends), "train_s": self.ends[-1], "step_s": statistics.median(later),
-                "first_step_s": times[0]}
+                "first_step_s": times[0], "step_times": [round(t, 4) for t in times]}
 
 
 class LabClock(Callback):
@@ -260,10 +261,12 @@ def spawn(name: str, seed: int, args) -> dict:
         command += ["--budget", str(args.budget)]
     if args.steps is not None:
         command += ["--steps", str(args.steps)]
+    load_before = os.getloadavg()[0]
     out = subprocess.run(command, capture_output=True, text=True)
     if out.returncode:
         raise SystemExit(f"{name} run failed:\n{out.stderr[-4000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return {"trainer": name, "seed": seed, "load": [load_before, os.getloadavg()[0]],
+            **json.loads(out.stdout.strip().splitlines()[-1])}
 
 
 def race(args) -> None:
@@ -271,16 +274,17 @@ def race(args) -> None:
     import trl
 
     runs = {"lab": [], "trl": []}
-    loads = [os.getloadavg()[0]]
     for round_ in range(args.rounds):
         for name in runs:  # lab, TRL, lab, TRL, ...: load drift hits both alike
             runs[name].append(spawn(name, round_, args))
-            loads.append(os.getloadavg()[0])
             r = runs[name][-1]
             print(f"round {round_ + 1} {name:3s} seed {round_}: {r['steps']} steps in {r['train_s']:.1f} s, "
                   f"{r['step_s'] * 1000:.0f} ms/step (median; step 1 {r['first_step_s']:.2f} s), "
-                  f"accuracy {r['accuracy']:.3f}", flush=True)
+                  f"accuracy {r['accuracy']:.3f}, load {r['load'][0]:.2f}-{r['load'][1]:.2f}", flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(runs["lab"] + runs["trl"], indent=1))
     ratios = [t["step_s"] / lab["step_s"] for lab, t in zip(runs["lab"], runs["trl"])]
+    loads = [load for rs in runs.values() for r in rs for load in r["load"]]
     limit = f"{args.budget:g} s" if args.budget is not None else f"{args.steps} steps"
     threads = sorted({r["threads"] for rs in runs.values() for r in rs})
     print(f"\nRace against TRL, {date.today()}, {platform.machine()} {platform.processor() or ''}, "
@@ -433,6 +437,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="steps per run (instead of, or as well as, --budget)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0, help="--check's seed (the race uses seed = round)")
+    parser.add_argument("--out", default=None, help="also write every run (with each step's time) to this JSON file")
     parser.add_argument("--worker", choices=("lab", "trl"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.budget is None and args.steps is None:
