@@ -180,27 +180,40 @@ def build_trl(seed: int, max_steps: int, callbacks=(), trainer_class=None, loggi
 
 
 class Clock:
-    """Wall time at the end of each step, from the start of the training loop; says when to stop."""
+    """Wall time and this process's CPU time at the end of each step, from the start of the training
+    loop; says when the budget (on the `budget_clock`) or the step count is used up.
 
-    def __init__(self, budget: float | None, steps: int | None) -> None:
-        self.budget, self.steps = budget, steps
-        self.start = None
-        self.ends: list[float] = []
+    CPU time (`time.process_time`, every thread of the process) counts only the time the process ran:
+    on a machine shared with other jobs it stays close to what the step costs, where wall time also
+    counts the waits for a core. With one torch thread on an idle machine the two agree."""
+
+    def __init__(self, budget: float | None, steps: int | None, budget_clock: str = "wall") -> None:
+        self.budget, self.steps, self.budget_clock = budget, steps, budget_clock
+        self.start: dict[str, float] = {}
+        self.ends: dict[str, list[float]] = {"wall": [], "cpu": []}
+
+    @staticmethod
+    def now() -> dict[str, float]:
+        return {"wall": time.perf_counter(), "cpu": time.process_time()}
 
     def begin(self) -> None:
-        self.start = time.perf_counter()
+        self.start = self.now()
 
     def tick(self) -> bool:
         """Record a step's end; True when the budget (or the step count) is used up."""
-        self.ends.append(time.perf_counter() - self.start)
-        return (self.budget is not None and self.ends[-1] >= self.budget) or (
-            self.steps is not None and len(self.ends) >= self.steps)
+        for name, value in self.now().items():
+            self.ends[name].append(value - self.start[name])
+        return (self.budget is not None and self.ends[self.budget_clock][-1] >= self.budget) or (
+            self.steps is not None and len(self.ends["wall"]) >= self.steps)
 
     def summary(self) -> dict:
-        times = [b - a for a, b in zip([0.0] + self.ends, self.ends)]
-        later = times[1:] or times  # step 1 pays first-call warm-up in both libraries
-        return {"steps": len(self.ends), "train_s": self.ends[-1], "step_s": statistics.median(later),
-                "first_step_s": times[0], "step_times": [round(t, 4) for t in times]}
+        out = {"steps": len(self.ends["wall"])}
+        for name, ends in self.ends.items():
+            times = [b - a for a, b in zip([0.0] + ends, ends)]
+            later = times[1:] or times  # step 1 pays first-call warm-up in both libraries
+            out |= {f"{name}_train_s": ends[-1], f"{name}_step_s": statistics.median(later),
+                    f"{name}_first_step_s": times[0], f"{name}_step_times": [round(t, 4) for t in times]}
+        return out
 
 
 class LabClock(Callback):
@@ -215,8 +228,8 @@ class LabClock(Callback):
             trainer.request_stop("budget")
 
 
-def run_lab(seed: int, budget: float | None, steps: int | None) -> dict:
-    clock = Clock(budget, steps)
+def run_lab(seed: int, budget: float | None, steps: int | None, budget_clock: str) -> dict:
+    clock = Clock(budget, steps, budget_clock)
     trainer = Trainer(lab_config(seed, steps=10**9))
     trainer.train(steps=0)  # row 0 (the start) outside the clock
     trainer.add_callback(LabClock(clock))
@@ -226,10 +239,10 @@ def run_lab(seed: int, budget: float | None, steps: int | None) -> dict:
     return {**clock.summary(), "accuracy": accuracy, "n_test": len(trainer.test_examples)}
 
 
-def run_trl(seed: int, budget: float | None, steps: int | None) -> dict:
+def run_trl(seed: int, budget: float | None, steps: int | None, budget_clock: str) -> dict:
     from transformers import TrainerCallback
 
-    clock = Clock(budget, steps)
+    clock = Clock(budget, steps, budget_clock)
 
     class TRLClock(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs):
@@ -250,13 +263,14 @@ def run_trl(seed: int, budget: float | None, steps: int | None) -> dict:
 def worker(args) -> None:
     torch.set_num_threads(args.threads)
     run = {"lab": run_lab, "trl": run_trl}[args.worker]
-    result = run(args.seed, args.budget, args.steps)
+    result = run(args.seed, args.budget, args.steps, args.clock)
     result["threads"] = torch.get_num_threads()  # after training: neither library changed it
     print(json.dumps(result))
 
 
 def spawn(name: str, seed: int, args) -> dict:
-    command = [sys.executable, __file__, "--worker", name, "--seed", str(seed), "--threads", str(args.threads)]
+    command = [sys.executable, __file__, "--worker", name, "--seed", str(seed), "--threads", str(args.threads),
+               "--clock", args.clock]
     if args.budget is not None:
         command += ["--budget", str(args.budget)]
     if args.steps is not None:
@@ -278,34 +292,39 @@ def race(args) -> None:
         for name in runs:  # lab, TRL, lab, TRL, ...: load drift hits both alike
             runs[name].append(spawn(name, round_, args))
             r = runs[name][-1]
-            print(f"round {round_ + 1} {name:3s} seed {round_}: {r['steps']} steps in {r['train_s']:.1f} s, "
-                  f"{r['step_s'] * 1000:.0f} ms/step (median; step 1 {r['first_step_s']:.2f} s), "
-                  f"accuracy {r['accuracy']:.3f}, load {r['load'][0]:.2f}-{r['load'][1]:.2f}", flush=True)
+            print(f"round {round_ + 1} {name:3s} seed {round_}: {r['steps']} steps in {r['wall_train_s']:.1f} s "
+                  f"({r['cpu_train_s']:.1f} s CPU), {r['wall_step_s'] * 1000:.0f} ms/step ({r['cpu_step_s'] * 1000:.0f} "
+                  f"CPU; medians, step 1 excluded), accuracy {r['accuracy']:.3f}, "
+                  f"load {r['load'][0]:.2f}-{r['load'][1]:.2f}", flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(runs["lab"] + runs["trl"], indent=1))
-    ratios = [t["step_s"] / lab["step_s"] for lab, t in zip(runs["lab"], runs["trl"])]
     loads = [load for rs in runs.values() for r in rs for load in r["load"]]
-    limit = f"{args.budget:g} s" if args.budget is not None else f"{args.steps} steps"
+    limit = f"{args.budget:g} s ({args.clock} clock)" if args.budget is not None else f"{args.steps} steps"
     threads = sorted({r["threads"] for rs in runs.values() for r in rs})
     print(f"\nRace against TRL, {date.today()}, {platform.machine()} {platform.processor() or ''}, "
           f"{os.cpu_count()} cores, {'/'.join(map(str, threads))} torch thread(s), torch {torch.__version__}, "
           f"transformers {transformers.__version__}, trl {trl.__version__}; 1-minute load average "
           f"{min(loads):.2f}-{max(loads):.2f}; {args.rounds} interleaved rounds of {limit} per run\n")
-    print("| trainer | s/step (median) | steps | accuracy after the run (each round) | mean accuracy | TRL / lab s/step (median, range) |")
-    print("| --- | ---: | ---: | --- | ---: | ---: |")
+    print("| trainer | s/step | CPU s/step | steps | accuracy after the run (round 1, 2, ...) | mean accuracy "
+          "| TRL / lab s/step (median, range) | TRL / lab CPU s/step (median, range) |")
+    print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
     for name, rs in runs.items():
         accuracies = [r["accuracy"] for r in rs]
         mean = statistics.mean(accuracies)
-        spread = (f"{statistics.stdev(accuracies) / math.sqrt(len(accuracies)):.3f} over seeds" if len(rs) > 1 else
-                  f"{standard_error(mean, rs[0]['n_test']):.3f} binomial")
-        ratio = (f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})" if name == "trl"
-                 else "1.00x")
+        spread = (f"{statistics.stdev(accuracies) / math.sqrt(len(accuracies)):.3f} (s.e. over seeds)" if len(rs) > 1
+                  else f"{standard_error(mean, rs[0]['n_test']):.3f} (binomial s.e.)")
+        ratios = []
+        for clock in ("wall", "cpu"):
+            r = [t[f"{clock}_step_s"] / lab[f"{clock}_step_s"] for lab, t in zip(runs["lab"], runs["trl"])]
+            ratios.append(f"{statistics.median(r):.2f}x ({min(r):.2f}-{max(r):.2f})" if name == "trl" else "1.00x")
         print(f"| {'lab rl.Trainer' if name == 'lab' else 'TRL GRPOTrainer'} | "
-              f"{statistics.median(r['step_s'] for r in rs):.3f} | "
+              f"{statistics.median(r['wall_step_s'] for r in rs):.3f} | {statistics.median(r['cpu_step_s'] for r in rs):.3f} | "
               f"{statistics.median(r['steps'] for r in rs):.0f} | {', '.join(f'{a:.3f}' for a in accuracies)} | "
-              f"{mean:.3f} +- {spread} | {ratio} |")
-    print(f"\naccuracy: greedy exact match on the same {rs[0]['n_test']} held-out problems, by the lab's "
-          f"greedy_accuracy for both; the start checkpoint scores 0.520")
+              f"{mean:.3f} +- {spread} | {' | '.join(ratios)} |")
+    start = load_checkpoint(CHECKPOINT)[2].get("accuracy")
+    print(f"\ns/step: median over rounds of each run's median step (step 1 excluded). Accuracy: greedy exact match "
+          f"on the same {rs[0]['n_test']} held-out problems, by the lab's greedy_accuracy for both (the start "
+          f"checkpoint: {start})")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -436,6 +455,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=None, help="seconds of training per run (default 60)")
     parser.add_argument("--steps", type=int, default=None, help="steps per run (instead of, or as well as, --budget)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="what --budget counts: wall time, or the process's CPU time (fairer on a loaded machine)")
     parser.add_argument("--seed", type=int, default=0, help="--check's seed (the race uses seed = round)")
     parser.add_argument("--out", default=None, help="also write every run (with each step's time) to this JSON file")
     parser.add_argument("--worker", choices=("lab", "trl"), help=argparse.SUPPRESS)
