@@ -1,11 +1,17 @@
 """Generation speed: the lab's generate with each KV cache and without one, vs transformers' generate.
 
     python bench/generation.py            # prints a markdown table (tokens/s, ms/step, peak memory)
+    python bench/generation.py --impls lab-static hf-generate --settings 64x32 8x256 --threads 2 \
+        --sampling both --rounds 7       # the question of issue 12: the lab's sampler vs transformers'
 
 Every configuration runs in its own subprocess so that "peak memory" is that run's peak resident
 set size. The implementations take turns (A B A B ...) for `--rounds` rounds, so that a change of load
 on a shared machine hits all of them alike; the table gives the median tokens/s over rounds and the
-median and range of the per-round ratio to transformers, with the load average seen meanwhile. Greedy decoding, EOS ignored, so every row generates exactly batch x new_tokens tokens.
+median and range of the per-round ratio to transformers, with the load average seen meanwhile and the
+torch thread count. EOS is ignored, so every row generates exactly batch x new_tokens tokens.
+`--sampling greedy` decodes with the argmax; `--sampling sampled` draws with temperature 0.7, top-k 20
+and top-p 0.9 on both sides (the same `SamplingConfig`, turned into transformers' arguments by
+`hf_generate_kwargs`), so both run the same three warpers every step.
 The model is the lab's standard architecture with random weights (speed does not depend on them);
 transformers runs the same weights through `to_hf` (eager attention, its default dynamic cache).
 """
@@ -26,15 +32,26 @@ from datetime import date
 SETTINGS = [(64, 32), (8, 256)]
 IMPLEMENTATIONS = ["lab-static", "lab-dynamic", "lab-paged", "lab-int8", "lab-nocache", "hf-generate"]
 PROMPT_LEN = 8
+SAMPLING = ("greedy", "sampled")
 
 
-def run_one(impl: str, batch: int, new_tokens: int, repeats: int, threads: int | None = None) -> dict:
+def sampling_config(sampling: str, new_tokens: int):
+    """The decoding settings both sides use: greedy, or temperature 0.7 + top-k 20 + top-p 0.9."""
+    from rlhf_lab.sampling import SamplingConfig
+
+    if sampling == "greedy":
+        return SamplingConfig(do_sample=False, max_new_tokens=new_tokens)
+    return SamplingConfig(do_sample=True, temperature=0.7, top_k=20, top_p=0.9, seed=0, max_new_tokens=new_tokens)
+
+
+def run_one(impl: str, batch: int, new_tokens: int, repeats: int, threads: int | None = None,
+            sampling: str = "greedy") -> dict:
     import torch
 
     if threads:
         torch.set_num_threads(threads)
     from rlhf_lab.model import LlamaModel, to_hf
-    from rlhf_lab.sampling import SamplingConfig, generate
+    from rlhf_lab.sampling import generate
     from rlhf_lab.sft import lab_model_config
     from rlhf_lab.tokenizer import CharTokenizer
 
@@ -42,22 +59,24 @@ def run_one(impl: str, batch: int, new_tokens: int, repeats: int, threads: int |
     tok = CharTokenizer()
     model = LlamaModel(lab_model_config(tok, max_position_embeddings=512)).eval()
     prompts = torch.randint(3, len(tok), (batch, PROMPT_LEN), generator=torch.Generator().manual_seed(1))
-    config = SamplingConfig(do_sample=False, max_new_tokens=new_tokens)
+    config = sampling_config(sampling, new_tokens)
     if impl == "hf-generate":
         hf = to_hf(model)
         hf.generation_config.eos_token_id = None
 
         def call():
-            with torch.no_grad():
-                hf.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts), do_sample=False,
-                            max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0,
-                            eos_token_id=None, top_k=None, top_p=None, temperature=None)
+            torch.manual_seed(0)  # transformers samples from the global RNG
+            with torch.no_grad():  # no EOS id: it runs to max_new_tokens, as the lab with stop_at_eos=False
+                out = hf.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts), pad_token_id=0,
+                                  eos_token_id=None, **config.hf_generate_kwargs())
+            assert out.shape == (batch, PROMPT_LEN + new_tokens), out.shape
     else:
         cache = {"lab-static": "static", "lab-dynamic": "dynamic", "lab-paged": "paged",
                  "lab-int8": "int8", "lab-nocache": "none"}[impl]
 
         def call():
-            generate(model, prompts, config, cache=cache, stop_at_eos=False)
+            out = generate(model, prompts, config, cache=cache, stop_at_eos=False)
+            assert out.completion_ids.shape == (batch, new_tokens), out.completion_ids.shape
 
     call()  # warm-up
     times = []
@@ -68,7 +87,7 @@ def run_one(impl: str, batch: int, new_tokens: int, repeats: int, threads: int |
     best = min(times)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     peak = rss if sys.platform == "darwin" else rss * 1024
-    return {"impl": impl, "batch": batch, "new_tokens": new_tokens, "seconds": best,
+    return {"impl": impl, "sampling": sampling, "batch": batch, "new_tokens": new_tokens, "seconds": best,
             "tokens_per_s": batch * new_tokens / best, "ms_per_step": 1000 * best / new_tokens,
             "peak_mib": peak / 2**20, "threads": torch.get_num_threads()}
 
@@ -80,27 +99,33 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median over rounds)")
     parser.add_argument("--impls", nargs="*", default=IMPLEMENTATIONS)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--sampling", choices=(*SAMPLING, "both"), default="greedy",
+                        help="greedy, sampled (temperature 0.7, top-k 20, top-p 0.9) or both")
     parser.add_argument("--settings", nargs="*", default=[f"{b}x{n}" for b, n in SETTINGS],
                         help="batch x new tokens, e.g. 64x32 8x256")
     args = parser.parse_args()
     if args.one:
         impl, batch, new = args.one
-        print(json.dumps(run_one(impl, int(batch), int(new), args.repeats, args.threads)))
+        print(json.dumps(run_one(impl, int(batch), int(new), args.repeats, args.threads, args.sampling)))
         return
     import torch
 
     settings = [tuple(int(v) for v in item.split("x")) for item in args.settings]
+    modes = SAMPLING if args.sampling == "both" else (args.sampling,)
+    threads = ["--threads", str(args.threads)] if args.threads else []
     runs: dict[tuple, list[dict]] = {}
     loads = [os.getloadavg()[0]]
     for round_ in range(args.rounds):
-        for batch, new in settings:
-            for impl in args.impls:  # the implementations take turns within every round
-                out = subprocess.run([sys.executable, __file__, "--one", impl, str(batch), str(new),
-                                      "--repeats", str(args.repeats)] + (["--threads", str(args.threads)] if args.threads else []),
-                                     capture_output=True, text=True, check=True)
-                runs.setdefault((impl, batch, new), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
-                print(f"  round {round_ + 1} {impl:12s} {batch}x{new}: {runs[impl, batch, new][-1]['tokens_per_s']:.0f} tok/s",
-                      file=sys.stderr, flush=True)
+        for sampling in modes:
+            for batch, new in settings:
+                for impl in args.impls:  # the implementations take turns within every round
+                    out = subprocess.run([sys.executable, __file__, "--one", impl, str(batch), str(new),
+                                          "--repeats", str(args.repeats), "--sampling", sampling] + threads,
+                                         capture_output=True, text=True, check=True)
+                    run = json.loads(out.stdout.strip().splitlines()[-1])
+                    runs.setdefault((sampling, impl, batch, new), []).append(run)
+                    print(f"  round {round_ + 1} {sampling:7s} {impl:12s} {batch}x{new}: "
+                          f"{run['tokens_per_s']:.0f} tok/s", file=sys.stderr, flush=True)
         loads.append(os.getloadavg()[0])
     rows = [{**group[0], "tokens_per_s": statistics.median(r["tokens_per_s"] for r in group),
              "ms_per_step": statistics.median(r["ms_per_step"] for r in group),
@@ -109,24 +134,28 @@ def main() -> None:
     print(f"Generation benchmark, {date.today()}, {platform.machine()} {platform.processor() or ''}, "
           f"{os.cpu_count()} cores, {rows[0]['threads']} torch threads, torch {torch.__version__}, python "
           f"{platform.python_version()}; {args.rounds} interleaved rounds, best of {args.repeats} calls per run; "
-          f"1-minute load average {min(loads):.2f}-{max(loads):.2f}\n")
-    print("| implementation | batch x new tokens | tokens/s (median) | ms/step | peak RSS (MiB) | vs hf-generate (median, range) |")
-    print("| --- | --- | ---: | ---: | ---: | ---: |")
-    for batch, new in settings:
-        group = [r for r in rows if r["batch"] == batch and r["new_tokens"] == new]
-        hf = next((r for r in group if r["impl"] == "hf-generate"), None)
-        for r in group:
-            ratio = "-"
-            if hf:
-                ratios = [a / b for a, b in zip(r["per_round"], hf["per_round"])]
-                ratio = f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
-            print(f"| {r['impl']} | {batch} x {new} | {r['tokens_per_s']:.0f} | {r['ms_per_step']:.2f} | "
-                  f"{r['peak_mib']:.0f} | {ratio} |")
-    for batch, new in settings:
-        group = {r["impl"]: r for r in rows if r["batch"] == batch and r["new_tokens"] == new}
-        if "lab-static" in group and "lab-nocache" in group:
-            print(f"\ncached (static) vs uncached at {batch} x {new}: "
-                  f"{group['lab-static']['tokens_per_s'] / group['lab-nocache']['tokens_per_s']:.1f}x")
+          f"1-minute load average {min(loads):.2f}-{max(loads):.2f} (per round: "
+          f"{', '.join(f'{v:.2f}' for v in loads)})\n")
+    print("| decoding | implementation | batch x new tokens | tokens/s (median) | ms/step | peak RSS (MiB) "
+          "| vs hf-generate (median, range) |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: |")
+    for sampling in modes:
+        for batch, new in settings:
+            group = [r for r in rows if (r["sampling"], r["batch"], r["new_tokens"]) == (sampling, batch, new)]
+            hf = next((r for r in group if r["impl"] == "hf-generate"), None)
+            for r in group:
+                ratio = "-"
+                if hf:  # the ratio of each round's pair, then the median and range over rounds
+                    ratios = [a / b for a, b in zip(r["per_round"], hf["per_round"])]
+                    ratio = f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+                print(f"| {sampling} | {r['impl']} | {batch} x {new} | {r['tokens_per_s']:.0f} | "
+                      f"{r['ms_per_step']:.2f} | {r['peak_mib']:.0f} | {ratio} |")
+    for sampling in modes:
+        for batch, new in settings:
+            group = {r["impl"]: r for r in rows if (r["sampling"], r["batch"], r["new_tokens"]) == (sampling, batch, new)}
+            if "lab-static" in group and "lab-nocache" in group:
+                print(f"\ncached (static) vs uncached, {sampling}, at {batch} x {new}: "
+                      f"{group['lab-static']['tokens_per_s'] / group['lab-nocache']['tokens_per_s']:.1f}x")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     python bench/rl_race.py                        # all algorithms, default budgets, prints a table
     python bench/rl_race.py --algos grpo gspo --budget 120
+    python bench/rl_race.py --algos grpo gspo ppo --stop-at-target     # each run ends at its target: minutes
 
 Targets (issue "RL harness"): GRPO and GSPO >= 95% held-out greedy accuracy within 120 s of training
 wall time on 2 CPU cores; PPO >= 90% within 240 s. Wall time counts rollout + update, not the
@@ -40,6 +41,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--library-defaults", action="store_true", help="ignore RACE_OVERRIDES")
+    parser.add_argument("--stop-at-target", action="store_true",
+                        help="end each run at the first evaluation that reaches its target (stop_at_accuracy)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args()
     if args.threads:
@@ -50,20 +53,23 @@ def main() -> None:
     for algo in args.algos:
         budget = args.budget or BUDGETS[algo]
         overrides = {} if args.library_defaults else RACE_OVERRIDES.get(algo, {})
+        target = TARGETS.get(algo, 0.95)
         config = make_config(algo, steps=100_000, time_budget=budget, eval_every=args.eval_every,
-                             eval_examples=args.eval_examples, seed=args.seed, **overrides)
+                             eval_examples=args.eval_examples, seed=args.seed,
+                             stop_at_accuracy=target if args.stop_at_target else None, **overrides)
         trainer = Trainer(config)
         start = time.perf_counter()
         history = trainer.train()
         elapsed = time.perf_counter() - start
         evals = history.dropna(subset=["eval_accuracy"])[["step", "wall_time", "eval_accuracy"]].assign(algo=algo)
         curves.append(evals)
-        target = TARGETS.get(algo, 0.95)
         rows.append({
             "algo": algo, "overrides": str(overrides or "-"), "budget s": budget, "steps": trainer.step,
             "start acc": evals["eval_accuracy"].iloc[0], "final acc": evals["eval_accuracy"].iloc[-1],
             "best acc": evals["eval_accuracy"].max(), "target": target,
             "s to target": time_to_accuracy(history, target),
+            "steps to target": int(evals[evals["eval_accuracy"] >= target]["step"].iloc[0])
+            if (evals["eval_accuracy"] >= target).any() else None,
             "s/step": trainer.train_time / max(trainer.step, 1),
             "rollout share": history["rollout_time"].sum() / max(history["step_time"].sum(), 1e-9),
             "elapsed s (incl. eval)": elapsed,

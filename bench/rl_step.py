@@ -8,8 +8,11 @@ Each (round, tree, algorithm) is one fresh process that imports rlhf_lab from th
 evaluation) and reports the median step time. The trees take turns within every round, so a load
 change on a shared machine hits both alike; the table gives, per algorithm, the median over rounds of
 each tree's median step time and the median and range of the per-round ratio against the first tree.
-The load average is printed with the table. Same seed, same code path: when two trees compute the
-same arithmetic their histories are identical, and the script checks that the reward column agrees.
+The load average is printed with the table. "cpu s/step" is the process's CPU time per whole
+train_step (1 thread: the time it computed, not the time it waited for a core), the steadier
+measure on a shared machine; its ratio is given too. Same seed: when two trees compute the same
+arithmetic their histories are identical, and the script checks that the reward column agrees
+(code that changes float rounding may, after enough steps, sample one different token).
 """
 
 from __future__ import annotations
@@ -30,13 +33,18 @@ sys.path.insert(0, sys.argv[1])
 import torch
 torch.set_num_threads(int(sys.argv[4]))
 from rlhf_lab.rl import Trainer, make_config
-trainer = Trainer(make_config(sys.argv[2], steps=int(sys.argv[3]), eval_every=0, eval_examples=1, seed=0))
-trainer.train(steps=1)  # warm-up: first-call allocations and lazy initialisation
-history = trainer.train()
-steps = history[history["step"] > 1]
+trainer = Trainer(make_config(sys.argv[2], steps=int(sys.argv[3]) + 1, eval_every=0, eval_examples=1, seed=0))
+trainer.train_step()  # warm-up: first-call allocations and lazy initialisation
+cpu = []
+for _ in range(int(sys.argv[3])):
+    start = time.process_time()
+    trainer.train_step()
+    cpu.append(time.process_time() - start)
+steps = trainer.history[trainer.history["step"] > 1]
 print(json.dumps({"step_time": statistics.median(steps["step_time"]),
                   "rollout_time": statistics.median(steps["rollout_time"]),
                   "update_time": statistics.median(steps["update_time"]),
+                  "cpu_time": statistics.median(cpu),
                   "rewards": [round(r, 6) for r in steps["reward_mean"]]}))
 """
 
@@ -64,24 +72,30 @@ def main() -> None:
         for algo in args.algos:
             for name, tree in trees.items():  # A B A B: the trees take turns
                 results[name, algo].append(run(tree, algo, args.steps, args.threads))
-                print(f"round {round_ + 1} {algo:5s} {name:8s} {results[name, algo][-1]['step_time'] * 1000:7.1f} ms/step",
-                      flush=True)
+                last = results[name, algo][-1]
+                print(f"round {round_ + 1} {algo:5s} {name:8s} {last['step_time'] * 1000:7.1f} ms/step "
+                      f"{last['cpu_time'] * 1000:7.1f} ms CPU/step, load {os.getloadavg()[0]:.2f}", flush=True)
         loads.append(os.getloadavg()[0])
     base = next(iter(trees))
     print(f"\nRL step time, {date.today()}, {platform.machine()} {platform.processor() or ''}, {os.cpu_count()} cores, "
           f"{args.threads} torch thread(s); 1-minute load average {min(loads):.2f}-{max(loads):.2f}; "
           f"{args.rounds} interleaved rounds of {args.steps} steps (median per run, then median over rounds)\n")
-    print("| algorithm | tree | s/step | rollout s | update s | vs " + base + " (median, range) | same rewards |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+    print("| algorithm | tree | s/step | rollout s | update s | vs " + base + " (median, range) | cpu s/step | "
+          "vs " + base + ", CPU time (median, range) | same rewards |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for algo in args.algos:
         for name in trees:
             runs = results[name, algo]
             ratios = [b["step_time"] / r["step_time"] for b, r in zip(results[base, algo], runs)]
+            cpu_ratios = [b["cpu_time"] / r["cpu_time"] for b, r in zip(results[base, algo], runs)]
             same = all(r["rewards"] == b["rewards"] for r, b in zip(runs, results[base, algo]))
             print(f"| {algo} | {name} | {statistics.median(r['step_time'] for r in runs):.3f} | "
                   f"{statistics.median(r['rollout_time'] for r in runs):.3f} | "
                   f"{statistics.median(r['update_time'] for r in runs):.3f} | "
-                  f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) | {'yes' if same else 'NO'} |")
+                  f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) | "
+                  f"{statistics.median(r['cpu_time'] for r in runs):.3f} | "
+                  f"{statistics.median(cpu_ratios):.2f}x ({min(cpu_ratios):.2f}-{max(cpu_ratios):.2f}) | "
+                  f"{'yes' if same else 'NO'} |")
 
 
 if __name__ == "__main__":

@@ -270,10 +270,12 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.register_buffer("original_inv_freq", inv_freq.clone(), persistent=False)
         self.max_seq_len_cached = max_position_embeddings  # longest length inv_freq was built for (dynamic)
+        self._table: tuple[torch.Tensor, torch.Tensor] | None = None  # see cos_sin_table
 
     def _apply(self, fn, recurse=True):
         # Module.to(dtype) / .half() would round the frequencies; keep them float32 on whatever device.
         kept = {name: getattr(self, name) for name in ("inv_freq", "original_inv_freq")}
+        self._table = None  # rebuilt on the new device when next asked for
         super()._apply(fn, recurse)
         for name, before in kept.items():
             after = getattr(self, name)
@@ -308,6 +310,26 @@ class RotaryEmbedding(nn.Module):
                 cos, sin = cos * self.attention_scaling, sin * self.attention_scaling
         return cos, sin
 
+    def cos_sin_table(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of positions 0 .. length - 1, each float32 (length, head_dim // 2).
+
+        Row m is exactly what `forward` gives for position m (the same ops compute it), but the table is
+        computed once and kept (regrown when a longer length is asked for), so a decoding step reads one
+        row instead of recomputing m * theta_i, its cos and its sin. Not for "dynamic" scaling, whose
+        frequencies depend on the sequence length.
+        """
+        if self.rope_type == "dynamic":
+            raise ValueError("cos_sin_table: rope_type 'dynamic' changes its frequencies with the length; "
+                             "call the module on position_ids instead")
+        check_number("length", length, low=1, integer=True)
+        if self._table is None or self._table[0].shape[0] < length:
+            size = max(length, self.max_position_embeddings)
+            with torch.inference_mode(False):  # made inside inference_mode, it could not serve a training step
+                cos, sin = self(torch.arange(size, device=self.inv_freq.device)[None])  # (1, size, d/2) each
+            self._table = (cos[0], sin[0])
+        cos, sin = self._table
+        return cos[:length], sin[:length]
+
     def extra_repr(self) -> str:
         return (f"head_dim={self.head_dim}, base={self.base}, rope_type={self.rope_type!r}, "
                 f"max_position_embeddings={self.max_position_embeddings}")
@@ -332,8 +354,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave
 
     Args:
         x: queries or keys, (batch, heads, seq, head_dim), any float dtype.
-        cos, sin: (batch, seq, head_dim // 2) from `RotaryEmbedding` (or (seq, head_dim // 2)), broadcast
-            over heads.
+        cos, sin: (batch, seq, head_dim // 2) from `RotaryEmbedding`, broadcast over heads; or already
+            shaped to broadcast against x: (batch, 1, seq, head_dim // 2), or (seq, head_dim // 2) when every
+            row has the same positions (a `cos_sin_table` slice).
         interleaved: which dims form pair i.
             False: (i, i + d/2), the half-split layout of HF transformers and GPT-NeoX (`rotate_half`).
             True: (2i, 2i + 1), Meta's llama, which views x as d/2 complex numbers times e^{i m theta_i}.
@@ -344,7 +367,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave
     """
     low_precision = x.dtype not in (torch.float32, torch.float64)
     x_c = x.float() if low_precision else x  # fp16/bf16 -> fp32; fp32 and fp64 stay as they are
-    cos, sin = cos.unsqueeze(-3), sin.unsqueeze(-3)  # (batch, 1, seq, d/2), shared by all heads
+    if cos.dim() == 3:
+        cos, sin = cos.unsqueeze(-3), sin.unsqueeze(-3)  # (batch, 1, seq, d/2), shared by all heads
     if cos.dtype != x_c.dtype:
         cos, sin = cos.to(x_c.dtype), sin.to(x_c.dtype)
     if interleaved:

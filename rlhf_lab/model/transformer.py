@@ -14,6 +14,7 @@ D head_dim, C hidden size, V vocabulary.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -65,24 +66,46 @@ class Attention(nn.Module):
         # attention logits from growing without bound in training (Qwen3 report, arXiv 2505.09388).
         self.q_norm = RMSNorm(D, config.rms_norm_eps) if config.qk_norm else None
         self.k_norm = RMSNorm(D, config.rms_norm_eps) if config.qk_norm else None
+        self.qkv_fused: tuple[torch.Tensor, torch.Tensor | None] | None = None  # see fuse_projections
+
+    def fuse_projections(self, enabled: bool = True) -> None:
+        """Stack W_q, W_k, W_v (and their biases) into one ((H + 2K) D, C) matrix, so that a forward
+        without gradients makes one matmul instead of three; `enabled=False` drops the stack.
+
+        The stack is a copy: it is right only while the weights do not change, so `LlamaModel.
+        fused_projections` makes it for the length of a `generate` call. Forwards with gradients
+        always use the three modules (the stack would not pass gradients back to them).
+        """
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        bias = torch.cat([p.bias for p in projections]) if self.q_proj.bias is not None else None
+        self.qkv_fused = (torch.cat([p.weight for p in projections]), bias) if enabled else None
 
     def forward(
         self,
         x: torch.Tensor,  # (B, T, C)
-        cos: torch.Tensor,  # (B, T, D/2) float32
-        sin: torch.Tensor,  # (B, T, D/2) float32
+        cos: torch.Tensor,  # (B, 1, T, D/2) or (T, D/2) float32, see apply_rope
+        sin: torch.Tensor,  # same shape as cos
         mask: torch.Tensor | None,  # (B, 1, T, S) bool, True = may attend; None = attend to all (T = 1)
         cache: KVCache | None,
     ) -> torch.Tensor:
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim)  # (B, T, H, D)
-        k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim)  # (B, T, K, D)
-        if self.q_norm is not None:  # Qwen3: normalise each head before RoPE rotates it
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, T, D), (B, K, T, D)
-        v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, K, T, D)
-        q = apply_rope(q, cos, sin, interleaved=self.interleaved)
-        k = apply_rope(k, cos, sin, interleaved=self.interleaved)
+        H, K, D = self.num_heads, self.num_kv_heads, self.head_dim
+        if self.qkv_fused is not None and not torch.is_grad_enabled() and self.q_norm is None:
+            # [q | k | v] = x [W_q | W_k | W_v]^T: one matmul, heads side by side (B, H + 2K, T, D), and one
+            # RoPE call rotates the H query and K key heads together
+            qkv = F.linear(x, *self.qkv_fused).view(B, T, H + 2 * K, D).transpose(1, 2)
+            qk = apply_rope(qkv[:, : H + K], cos, sin, interleaved=self.interleaved)
+            # k gets its own buffer as in the unfused path: the attention matmul's rounding follows k's layout
+            q, k, v = qk[:, :H], qk[:, H:].contiguous(), qkv[:, H + K :]  # (B, H|K|K, T, D)
+        else:
+            q = self.q_proj(x).view(B, T, H, D)  # (B, T, H, D)
+            k = self.k_proj(x).view(B, T, K, D)  # (B, T, K, D)
+            if self.q_norm is not None:  # Qwen3: normalise each head before RoPE rotates it
+                q, k = self.q_norm(q), self.k_norm(k)
+            q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, T, D), (B, K, T, D)
+            v = self.v_proj(x).view(B, T, K, D).transpose(1, 2)  # (B, K, T, D)
+            q = apply_rope(q, cos, sin, interleaved=self.interleaved)
+            k = apply_rope(k, cos, sin, interleaved=self.interleaved)
         if cache is not None:
             # The cache stores keys AFTER RoPE and BEFORE the GQA repeat, as transformers does.
             k, v = cache.update(self.layer_idx, k, v)  # (B, K, S, D)
@@ -106,11 +129,13 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
     B, H, T, D = q.shape
     K, S = k.shape[1], k.shape[2]
     G = H // K
-    scores = (q.reshape(B, K, G * T, D) @ k.transpose(-1, -2)) * D**-0.5  # (B, K, G*T, S)
+    # B*K small matmuls in one bmm on (B*K, ., .) reshapes: what `@` does, minus its broadcasting steps
+    k_t = k.transpose(-1, -2).reshape(B * K, D, S)
+    scores = torch.bmm(q.reshape(B * K, G * T, D), k_t).view(B, K, G * T, S) * D**-0.5  # q k^T / sqrt(D)
     if mask is not None:
         scores = scores.view(B, K, G, T, S).masked_fill(~mask[:, None], float("-inf")).view(B, K, G * T, S)
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)  # softmax in float32
-    return (probs @ v).view(B, H, T, D)
+    return torch.bmm(probs.view(B * K, G * T, S), v.reshape(B * K, S, D)).view(B, H, T, D)
 
 
 class MLP(nn.Module):
@@ -122,9 +147,22 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=bias)
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=bias)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=bias)
+        self.gate_up_fused: tuple[torch.Tensor, torch.Tensor | None] | None = None
+
+    def fuse_projections(self, enabled: bool = True) -> None:
+        """Stack W_gate and W_up into one (2I, C) matrix for forwards without gradients (see Attention's)."""
+        bias = torch.cat([self.gate_proj.bias, self.up_proj.bias]) if self.gate_proj.bias is not None else None
+        self.gate_up_fused = (torch.cat([self.gate_proj.weight, self.up_proj.weight]), bias) if enabled else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.gate_up_fused is not None and not torch.is_grad_enabled():
+            gate, up = F.linear(x, *self.gate_up_fused).chunk(2, dim=-1)  # [gate | up] = x [W_g | W_u]^T
+            # silu's kernel for a strided view rounds differently from its contiguous one: copy, to get
+            # the very numbers of the unfused path
+            gate = gate.contiguous()
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
@@ -166,10 +204,9 @@ def build_attention_mask(
     Key s is visible to new token t when it is not in the future (s <= past_len + t) and is not
     padding (attention_mask[:, s] == 1). A padding query (left padding) would see no key at all and
     its softmax would be 0/0, so every query may always see itself; its output is never used.
-    Returns None when one new token may see every key (decoding without padding).
+    Returns None when one new token may see every key (decoding without padding). An all-ones
+    attention_mask is not looked for (that would read it back to the host at every call): pass None.
     """
-    if attention_mask is not None and bool(attention_mask.all()):
-        attention_mask = None
     if attention_mask is None and num_new == 1:
         return None
     total = past_len + num_new
@@ -242,6 +279,29 @@ class LlamaModel(nn.Module):
         for layer in self.model.layers:
             layer.self_attn.implementation = name
 
+    @contextlib.contextmanager
+    def fused_projections(self):
+        """Within this block, forwards without gradients multiply by one stacked q|k|v matrix per
+        attention layer and one gate|up matrix per MLP: 2 matmuls instead of 5 per layer, same weights,
+        same products (each output column is still one row of W times x).
+
+        The stacks are copies made on entry and dropped on exit, so the weights must not change inside
+        the block: `generate` uses it, under no_grad. Forwards with gradients ignore the stacks.
+        """
+        layers = [m for m in self.modules() if hasattr(m, "fuse_projections") and m is not self]
+        if any(getattr(m, "qkv_fused", None) is not None or getattr(m, "gate_up_fused", None) is not None
+               for m in layers):
+            yield self  # already inside such a block: the outer one owns the stacks
+            return
+        with torch.no_grad():
+            for m in layers:
+                m.fuse_projections()
+        try:
+            yield self
+        finally:
+            for m in layers:
+                m.fuse_projections(False)
+
     def gradient_checkpointing_enable(self, enabled: bool = True) -> None:
         """Recompute each layer's activations in the backward pass instead of storing them: activation
         memory drops from ~L layers' worth to ~1, for about one extra forward of compute."""
@@ -264,14 +324,21 @@ class LlamaModel(nn.Module):
     ) -> ModelOutput:
         B, T = input_ids.shape
         past_len = cache.get_seq_length() if cache is not None else 0
-        if position_ids is None:
-            if attention_mask is not None:
-                # Left padding: real tokens are numbered 0, 1, 2... from the first non-pad token.
-                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past_len:]
-            else:
-                position_ids = torch.arange(past_len, past_len + T, device=input_ids.device).expand(B, T)
-        cos, sin = self.rotary_emb(position_ids)  # float32 (B, T, D/2)
         mask = build_attention_mask(attention_mask, T, past_len, input_ids.device)
+        rope = self.rotary_emb
+        if position_ids is not None or rope.rope_type == "dynamic":  # positions chosen by the caller
+            if position_ids is None:
+                position_ids = self.default_position_ids(attention_mask, B, T, past_len, input_ids.device)
+            cos, sin = rope(position_ids)  # float32 (B, T, D/2)
+        else:  # positions < past_len + T: rows of the precomputed table, no cos/sin to recompute
+            cos, sin = rope.cos_sin_table(past_len + T)  # (past_len + T, D/2)
+            if attention_mask is None:  # every row at positions past_len .. past_len + T - 1
+                cos, sin = cos[past_len:], sin[past_len:]  # (T, D/2), broadcast over the batch
+            else:
+                position_ids = self.default_position_ids(attention_mask, B, T, past_len, input_ids.device)
+                cos, sin = F.embedding(position_ids, cos), F.embedding(position_ids, sin)  # (B, T, D/2)
+        if cos.dim() == 3:
+            cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, D/2): the same angle for every head
         x = self.model.embed_tokens(input_ids)
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled() and cache is None
         for layer in self.model.layers:
@@ -287,3 +354,12 @@ class LlamaModel(nn.Module):
             logits = F.linear(kept.float(), self.lm_head.weight.float())
         values = self.value_head(h).squeeze(-1).float() if self.value_head is not None else None
         return ModelOutput(logits=logits, cache=cache, values=values, hidden_states=h)
+
+    @staticmethod
+    def default_position_ids(attention_mask: torch.Tensor | None, batch: int, num_new: int, past_len: int,
+                             device: torch.device) -> torch.Tensor:
+        """(B, T) positions of the new tokens when the caller gives none: past_len, past_len + 1, ...;
+        with left padding, real tokens are numbered 0, 1, 2... from each row's first non-pad token."""
+        if attention_mask is not None:
+            return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past_len:]
+        return torch.arange(past_len, past_len + num_new, device=device).expand(batch, num_new)

@@ -5,6 +5,7 @@ The loop (trainer.py) runs the same phases for every method and asks the algorit
     make_critic(policy)               which model predicts values, if any           (PPO)
     shape_rollout(rollout, sampler)   change the batch before the loss sees it       (DAPO, ReMax)
     needs_old_logprobs                must log pi_old be stored at rollout time?     (off-policy, PPO)
+    needs_reference_logprobs          does the loss or the advantage use log pi_ref? (PPO; beta > 0)
     compute_advantages(rollout)       each completion token's advantage              (every method)
     loss(minibatch, policy)           the scalar to minimise, plus what it reports  (every method)
     after_step(metrics)               per-step state, e.g. an adaptive KL weight     (PPO)
@@ -76,6 +77,13 @@ class Algorithm(ABC):
         """Store log pi_old at rollout time? Only needed when minibatches go off-policy; otherwise the
         loop uses pi_old = pi_theta.detach() (the ratio is then exactly 1)."""
         return not self.config.on_policy
+
+    @property
+    def needs_reference_logprobs(self) -> bool:
+        """Does the loss (or the advantage) use log pi_ref? If not, a training step skips the reference
+        model's forward over the whole batch and estimates the KL metrics on a few rows
+        (`RLConfig.kl_metric_samples`). Default True: a method that says nothing gets them."""
+        return True
 
     @abstractmethod
     def compute_advantages(self, rollout: Rollout) -> None:

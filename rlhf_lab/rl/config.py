@@ -45,11 +45,17 @@ class RLConfig(Validated):
     # --- schedule and bookkeeping
     steps: int = 200
     time_budget: float | None = None  # seconds of training wall time (evaluation excluded)
+    stop_at_accuracy: float | None = None  # stop at the first held-out evaluation reaching this accuracy
     eval_every: int = 10
     eval_examples: int = 200
     seed: int = 0
     device: str = "cpu"
     keep_distributions: bool = True  # per-step advantages / ratios for the live plots
+    # When the loss does not use the reference (GRPO / GSPO at beta = 0), the KL-to-reference metrics
+    # (kl_k1, kl_k3) come from the reference's forward on this many completions, evenly spaced over
+    # the batch (2 per prompt at the defaults), not on all of them: a noisier estimate for a quarter
+    # of the forward. None: every completion (the exact batch mean); 0: no KL metrics then (NaN).
+    kl_metric_samples: int | None = 64
     # --- the step engine (what a real model on a GPU needs; the same code runs on the CPU)
     bf16: bool | None = None  # bf16 autocast (log-probs stay fp32); None: on CUDA when supported; True: also on CPU
     attn_implementation: str | None = None  # "eager" / "sdpa"; None: the model's own setting
@@ -81,6 +87,7 @@ class RLConfig(Validated):
         check_number("weight_decay", self.weight_decay, low=0)
         check_number("max_grad_norm", self.max_grad_norm, low=0, low_open=True)
         check_bool("keep_distributions", self.keep_distributions)
+        check_optional(check_number, "kl_metric_samples", self.kl_metric_samples, low=0, integer=True)
         check_optional(check_bool, "bf16", self.bf16)
         check_optional(check_choice, "attn_implementation", self.attn_implementation, ("eager", "sdpa"))
         for name in ("gradient_checkpointing", "offload_reference"):
@@ -92,6 +99,7 @@ class RLConfig(Validated):
             check_number("epsilon_high", self.epsilon_high, low=0)
         if self.time_budget is not None:
             check_number("time_budget", self.time_budget, low=0, low_open=True)
+        check_optional(check_number, "stop_at_accuracy", self.stop_at_accuracy, low=0, high=1, low_open=True)
         batch = self.prompts_per_step * self.num_generations
         if batch % self.num_minibatches:
             raise ValueError(

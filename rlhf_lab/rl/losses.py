@@ -204,18 +204,26 @@ def clipped_value_loss(
 # from logits
 
 
+# Rows per log-softmax call in `selective_log_softmax`: at most this many float32 elements (64 MiB) at once.
+LOG_SOFTMAX_CHUNK_ELEMENTS = 2**24
+
+
 def selective_log_softmax(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
     """log softmax(logits)[token_id] in float32. (batch, seq, vocab), (batch, seq) -> (batch, seq).
 
-    logits must already be divided by the sampling temperature. One row of the batch at a time is
-    cast to float32, so the full (batch, seq, vocab) float32 log-softmax is never held in memory
-    (TRL's `selective_log_softmax` does the same for low-precision logits).
+    logits must already be divided by the sampling temperature. Rows go through the float32
+    log-softmax in chunks of at most LOG_SOFTMAX_CHUNK_ELEMENTS values, so the full (batch, seq, vocab)
+    float32 log-softmax of a large vocabulary is never held in memory (TRL's `selective_log_softmax`
+    goes one row at a time for the same reason); a small batch is one chunk, one call, no Python loop
+    per row. Each value is the same either way: the softmax reduces over the vocabulary only.
     """
-    rows = []
-    for row_logits, row_ids in zip(logits, token_ids):  # (seq, vocab), (seq,)
-        row_logprobs = F.log_softmax(row_logits.float(), dim=-1)  # log p = z - logsumexp(z)
-        rows.append(row_logprobs.gather(-1, row_ids.unsqueeze(-1)).squeeze(-1))
-    return torch.stack(rows)
+    batch, seq, vocab = logits.shape
+    rows = max(1, LOG_SOFTMAX_CHUNK_ELEMENTS // max(seq * vocab, 1))
+    chunks = []
+    for start in range(0, batch, rows):
+        chunk = F.log_softmax(logits[start : start + rows].float(), dim=-1)  # log p = z - logsumexp(z)
+        chunks.append(chunk.gather(-1, token_ids[start : start + rows].unsqueeze(-1)).squeeze(-1))
+    return chunks[0] if len(chunks) == 1 else torch.cat(chunks)
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:

@@ -109,11 +109,13 @@ class UpdateStats:
             self.token_ratios.append(ratios.float().cpu())
             self.sequence_ratios.append(info.sequence_ratio.float().cpu())
 
-    def add_first_pass(self, entropy: torch.Tensor, old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor,
+    def add_first_pass(self, entropy: torch.Tensor, old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor | None,
                        mask: torch.Tensor, explained_variance: float | None = None) -> None:
-        """Where the sampling policy stands (entropy, KL to the reference), measured once per minibatch."""
+        """Where the sampling policy stands (entropy, KL to the reference), measured once per minibatch.
+        ref_logprobs None (the step skipped the reference's forward): no KL here."""
         self.entropies.append((entropy * mask).sum().item() / max(mask.sum().item(), 1))
-        self.kls.append(kl_metrics(old_logprobs, ref_logprobs, mask))
+        if ref_logprobs is not None:
+            self.kls.append(kl_metrics(old_logprobs, ref_logprobs, mask))
         if explained_variance is not None:
             self.explained.append(explained_variance)
 

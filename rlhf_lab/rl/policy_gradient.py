@@ -76,5 +76,11 @@ class PolicyGradient(Algorithm):
                                  kl_penalty=kl_loss.item())
 
     @property
+    def needs_reference_logprobs(self) -> bool:
+        """Only the beta * k3 term reads log pi_ref: at beta = 0 (TRL's default) the reference forward
+        would feed nothing but the KL metrics."""
+        return self.config.beta > 0
+
+    @property
     def kl_coefficient(self) -> float:
         return self.config.beta

@@ -39,6 +39,7 @@ class Rollout:
     examples: list | None = None  # (N,) the task Example each row answers (rows of a group share one)
     max_completion_length: int | None = None  # the generation budget (Dr. GRPO's constant, DAPO's L_max)
     old_logprobs: torch.Tensor | None = None  # (N, T) log pi_old(token) at rollout time
+    sampling_logprobs: torch.Tensor | None = None  # (N, T) log-prob of each token under the distribution the sampler drew it from
     ref_logprobs: torch.Tensor | None = None  # (N, T) log pi_ref(token)
     old_values: torch.Tensor | None = None  # (N, T) critic's V(s_t) at rollout time (PPO)
     advantages: torch.Tensor | None = None  # (N, T) filled by the algorithm
@@ -103,7 +104,7 @@ class Rollout:
         out["input_ids"] = torch.cat([zeros(dp, ids), ids, zeros(dt, ids)], 1)
         out["attention_mask"] = torch.cat([zeros(dp, self.attention_mask), self.attention_mask,
                                            zeros(dt, self.attention_mask)], 1)
-        for name in ("completion_ids", "completion_mask", "old_logprobs", "ref_logprobs", "old_values",
+        for name in ("completion_ids", "completion_mask", "old_logprobs", "sampling_logprobs", "ref_logprobs", "old_values",
                      "advantages", "returns", "token_rewards"):
             value = out[name]
             if value is not None:
@@ -157,14 +158,16 @@ def sample_and_score(policy, tokenizer, examples: Sequence, num_generations: int
         out = generate(policy, prompts, sampling, num_return_sequences=num_generations, generator=generator)
     rows = [examples[row // num_generations] for row in range(len(examples) * num_generations)]
     texts, finished = zip(*(tokenizer.decode_until_eos(ids) for ids in out.completion_ids.tolist()))
-    rewards = score_completions(reward_fn, [e.prompt for e in rows], texts, [e.answer for e in rows], finished)
-    correct = [task.score(e.prompt, text, e.answer, done) for e, text, done in zip(rows, texts, finished)]
+    prompts, answers = [e.prompt for e in rows], [e.answer for e in rows]
+    rewards = score_completions(reward_fn, prompts, texts, answers, finished)
+    # task.score, built once for the batch: the exact-match reward of the task's format
+    correct = score_completions(task.reward_fn({task.accuracy_reward: 1.0}), prompts, texts, answers, finished)
     return Rollout(
         input_ids=out.sequences, attention_mask=out.attention_mask, prompt_width=out.prompt_ids.shape[1],
         completion_ids=out.completion_ids, completion_mask=out.completion_mask.float(),
-        rewards=rewards.to(device), correct=torch.tensor(correct, dtype=torch.float32, device=device),
+        rewards=rewards.to(device), correct=correct.to(device),
         finished=out.finished, num_generations=num_generations, examples=rows,
-        max_completion_length=sampling.max_new_tokens,
+        max_completion_length=sampling.max_new_tokens, sampling_logprobs=out.logprobs,
     )
 
 
@@ -246,11 +249,54 @@ def completion_logits(model, rollout: Rollout, temperature: float = 1.0):
     """(logits (N, T, V) float32 / temperature, values (N, T) or None) at the completion positions.
 
     The logit at position P-1+t predicts completion token t, so we keep positions P-1 .. P+T-2 and
-    divide by the sampling temperature (the distribution the tokens were drawn from)."""
+    divide by the sampling temperature (the distribution the tokens were drawn from).
+
+    When rows share a prompt (the G completions of a group), each distinct prompt goes through the
+    model once and its keys/values serve all of its rows: `shared_prompt_forward`. The same function
+    of the weights (causal attention: a prompt position never sees the completion), so the same
+    log-probs and gradients up to float rounding, for a fraction of the tokens.
+    """
     P, T = rollout.prompt_width, rollout.completion_ids.shape[1]
-    out = model(rollout.input_ids[:, :-1], attention_mask=rollout.attention_mask[:, :-1])
-    logits = out.logits[:, P - 1 : P - 1 + T].float() / temperature  # (N, T, V)
+    prompts = torch.cat([rollout.input_ids[:, :P], rollout.attention_mask[:, :P]], dim=1)  # (N, 2P)
+    unique, row_prompt = torch.unique(prompts, dim=0, return_inverse=True)  # (U, 2P), (N,)
+    recompute = getattr(model, "gradient_checkpointing", False) and torch.is_grad_enabled()
+    if len(unique) < len(rollout) and not recompute:  # checkpointing recomputes layers without a cache
+        logits, values = shared_prompt_forward(model, rollout, unique[:, :P], unique[:, P:], row_prompt)
+        return logits.float() / temperature, values
+    # Positions P-1 .. P+T-2 are the last T of the P+T-1 inputs: the lm_head runs on those only
+    # (num_logits_to_keep), not on the prompt positions whose logits nothing uses.
+    out = model(rollout.input_ids[:, :-1], attention_mask=rollout.attention_mask[:, :-1], num_logits_to_keep=T)
+    logits = out.logits.float() / temperature  # (N, T, V)
     values = out.values[:, P - 1 : P - 1 + T] if out.values is not None else None
+    return logits, values
+
+
+def shared_prompt_forward(model, rollout: Rollout, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                          row_prompt: torch.Tensor):
+    """Teacher-forced logits (N, T, V) and values (N, T) or None, each prompt computed once.
+
+    prompt_ids, prompt_mask: (U, P) the distinct (left-padded) prompts; row_prompt: (N,) which of them
+    row n continues. 1. the U prompts through the model, keys/values kept in a cache (with their
+    gradient); its last position gives the logit of completion token 0. 2. the cache's rows indexed by
+    row_prompt (autograd sums the gradient of the rows that share a prompt), then the N completions'
+    first T-1 tokens attend to it: the logits of tokens 1 .. T-1. Tokens: U*P + N*(T-1), not N*(P+T-1).
+    The same idea as Prefix Grouper (arXiv 2506.05433) for GRPO's shared prompts.
+    """
+    from ..model.kv_cache import DynamicCache
+
+    T = rollout.completion_ids.shape[1]
+    prefix = DynamicCache()
+    head = model(prompt_ids, attention_mask=prompt_mask, cache=prefix, num_logits_to_keep=1)
+    logits = head.logits[row_prompt]  # (N, 1, V): predicts completion token 0
+    values = head.values[row_prompt, -1:] if head.values is not None else None
+    if T > 1:
+        rows = DynamicCache()
+        rows.keys = [k[row_prompt] for k in prefix.keys]  # (N, K, P, D) per layer
+        rows.values = [v[row_prompt] for v in prefix.values]
+        tail = model(rollout.completion_ids[:, : T - 1], attention_mask=rollout.attention_mask[:, :-1], cache=rows)
+        logits = torch.cat([logits, tail.logits], dim=1)  # (N, T, V)
+        if values is not None:
+            values = torch.cat([values, tail.values], dim=1)
     return logits, values
 
 

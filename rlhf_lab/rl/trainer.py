@@ -55,6 +55,7 @@ from .losses import explained_variance
 from .metrics import (
     METRIC_COLUMNS,
     UpdateStats,
+    kl_metrics,
     model_bytes,
     optimizer_bytes,
     peak_memory_bytes,
@@ -120,8 +121,10 @@ class Trainer(TrainingLoop):
             if config.offload_reference:
                 self.ref_model.to("cpu")
         self.critic = self.algorithm.make_critic(self.policy)  # None, the policy itself, or its own model
+        # foreach: one multi-tensor kernel per AdamW operation instead of one per parameter (the same
+        # arithmetic, bit for bit; the default on a GPU, not on the CPU)
         self.optimizer = torch.optim.AdamW(self.trainable_parameters(), lr=config.learning_rate,
-                                           weight_decay=config.weight_decay, betas=(0.9, 0.99))
+                                           weight_decay=config.weight_decay, betas=(0.9, 0.99), foreach=True)
         self.task = get_task(config.task, **config.task_params)
         if reward_fn is None:
             reward_fn = self.task.reward_fn(config.reward_weights)  # validates the weights' names
@@ -244,17 +247,20 @@ class Trainer(TrainingLoop):
     # The phases of one step
 
     @torch.no_grad()
-    def collect_rollout(self) -> Rollout:
+    def collect_rollout(self, with_reference: bool = True) -> Rollout:
         """Phase 1: sample and score `prompts_per_step` x G completions, let the algorithm shape the
         batch, then the no-grad forwards the loss needs: log pi_ref (the KL), log pi_old when the
-        algorithm asks for it, and the critic's V_old."""
+        algorithm asks for it, and the critic's V_old. with_reference=False skips the reference's
+        forward (rollout.ref_logprobs stays None): `train_step` does so when the algorithm's loss does
+        not read it (`needs_reference_logprobs`: a policy gradient with no KL term in its loss)."""
         self.policy.eval()
         try:
             with self.autocast():
                 rollout = self.algorithm.shape_rollout(self.sampler(self.config.prompts_per_step), self.sampler)
             T = self.config.temperature
             with self.autocast():
-                rollout.ref_logprobs = self.reference_logprobs(rollout)
+                if with_reference:
+                    rollout.ref_logprobs = self.reference_logprobs(rollout)
                 if self.algorithm.needs_old_logprobs or self.critic is self.policy:
                     old = policy_forward(self.policy, rollout, T, with_values=self.critic is self.policy)
                     if self.algorithm.needs_old_logprobs:
@@ -265,6 +271,30 @@ class Trainer(TrainingLoop):
         finally:
             self.policy.train()
         return rollout
+
+    @torch.no_grad()
+    def sampled_kl_metrics(self, rollout: Rollout) -> dict:
+        """kl_k1 and kl_k3 of the sampling policy to the reference, token means over
+        `kl_metric_samples` completions evenly spaced over the batch: the reference's forward on
+        those rows only. log pi_old is what the sampler recorded when it drew each token (the same
+        distribution a teacher-forced forward gives, up to float rounding), so the policy needs no
+        forward of its own. An estimate from fewer rows: noisier than the full-batch KL."""
+        k = min(self.config.kl_metric_samples or 0, len(rollout))
+        if k == 0:
+            return {"kl_k1": float("nan"), "kl_k3": float("nan")}
+        rows = torch.arange(k, device=rollout.rewards.device) * (len(rollout) // k)  # one per prompt at the defaults
+        sample = rollout.select(rows)
+        with self.autocast():
+            ref = self.reference_logprobs(sample)
+            old = sample.sampling_logprobs
+            if old is None:  # a rollout built without the sampler's log-probs
+                old = policy_forward(self.policy, sample, self.config.temperature).logprobs
+        return kl_metrics(old, ref, sample.completion_mask)
+
+    def early_stop(self, metrics: dict) -> str | None:
+        """"stop_at_accuracy" once a held-out evaluation reaches config.stop_at_accuracy (the race's targets)."""
+        target = self.config.stop_at_accuracy
+        return "stop_at_accuracy" if target is not None and metrics["eval_accuracy"] >= target else None
 
     def policy_outputs(self, minibatch: Rollout, with_entropy: bool = False) -> PolicyOutput:
         """Log pi(token) under the weights being trained (with gradient), and V(s_t) from the critic."""
@@ -389,7 +419,11 @@ class Trainer(TrainingLoop):
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate_at(step, c.learning_rate, c.warmup_steps)
         t0 = time.perf_counter()
-        rollout = self.collect_rollout()
+        # the reference's forward over the whole batch only when the loss reads it or the KL metrics
+        # are asked for on every completion (kl_metric_samples=None)
+        with_reference = self.algorithm.needs_reference_logprobs or c.kl_metric_samples is None
+        rollout = self.collect_rollout(with_reference=with_reference)
+        sampled_kl = None if with_reference else self.sampled_kl_metrics(rollout)
         t1 = time.perf_counter()
         held_before_update = torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else 0
         if self.device.type == "cuda":
@@ -415,6 +449,7 @@ class Trainer(TrainingLoop):
             "accuracy": rollout.correct.float().mean().item(),
             "eval_accuracy": float("nan"),
             **stats.metrics(),
+            **(sampled_kl or {}),
             "adv_mean": rollout.advantages[m.bool()].mean().item() if m.any() else float("nan"),
             "adv_std": rollout.advantages[m.bool()].std().item() if m.sum() > 1 else float("nan"),
             "completion_len_mean": lengths.float().mean().item(),

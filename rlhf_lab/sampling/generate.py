@@ -11,6 +11,7 @@ under the distribution it was drawn from (after temperature and filters): the ro
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ from ..limits import check_memory, check_positions, check_token_ids, generation_
 from ..model.kv_cache import DynamicCache, StaticCache
 from ..validation import check_choice, check_number
 from .config import SamplingConfig
-from .processors import make_generator, process_logits, sample_next_token
+from .processors import build_stages, make_generator, sample_next_token
 
 CACHE_KINDS = ("static", "dynamic", "paged", "int8", "none")
 
@@ -148,8 +149,7 @@ def generate(
     check_number("num_return_sequences", num_return_sequences, low=1, integer=True)
     mc = model.config
     device = model.device
-    pad_id, eos_id = mc.pad_token_id, mc.eos_token_id
-    prompt_ids, prompt_mask = _encode_prompts(prompts, tokenizer, attention_mask, pad_id, device)
+    prompt_ids, prompt_mask = _encode_prompts(prompts, tokenizer, attention_mask, mc.pad_token_id, device)
     B, P = prompt_ids.shape
     G, T_max = num_return_sequences, config.max_new_tokens
     if generator is None:
@@ -167,12 +167,30 @@ def generate(
     check_memory(generation_bytes(mc, B * G, P, T_max, dtype.itemsize), device,
                  f"generating {B * G} sequences of {P} + {T_max} tokens", "max_new_tokens or the batch")
 
+    # Stacked q|k|v and gate|up weights for the length of the call (the weights cannot change meanwhile).
+    fused = model.fused_projections() if hasattr(model, "fused_projections") else contextlib.nullcontext()
+    with fused:
+        return _generate(model, prompt_ids, prompt_mask, config, G, generator, cache, stop_at_eos, dtype,
+                         cache_kwargs)
+
+
+def _generate(model, prompt_ids, prompt_mask, config, G, generator, cache, stop_at_eos, dtype, cache_kwargs):
+    """The body of `generate`, its arguments checked: prefill, then the decode loop."""
+    mc, device = model.config, prompt_ids.device
+    pad_id, eos_id = mc.pad_token_id, mc.eos_token_id
+    (B, P), T_max = prompt_ids.shape, config.max_new_tokens
     t0 = time.perf_counter()
     if cache == "paged":
         cache_kwargs.setdefault("max_sequences", B * G)  # the pool must hold every sample after expand
     kv = make_cache(cache, mc, B, P + T_max, device=device, dtype=dtype, **cache_kwargs)
-    with autocast(device):
-        logits = model(prompt_ids, attention_mask=prompt_mask, cache=kv, num_logits_to_keep=1).logits[:, -1]
+    # One look at the prompts decides the mask for the whole call. Without padding every row's position is
+    # its column and every key is visible to the new token, so the forward passes need no mask at all
+    # (same result as an all-ones mask, without building one or checking it each step).
+    padded = not bool(prompt_mask.all())
+    amp = autocast(device)
+    with amp:
+        logits = model(prompt_ids, attention_mask=prompt_mask if padded else None, cache=kv,
+                       num_logits_to_keep=1).logits[:, -1]
     if G > 1:  # prefill each prompt once; its G samples share the result
         logits = logits.repeat_interleave(G, dim=0)
         prompt_ids = prompt_ids.repeat_interleave(G, dim=0)
@@ -184,35 +202,49 @@ def generate(
     N = B * G
     ids = torch.cat([prompt_ids, torch.full((N, T_max), pad_id, dtype=torch.long, device=device)], dim=1)
     mask = torch.cat([prompt_mask, torch.ones((N, T_max), dtype=prompt_mask.dtype, device=device)], dim=1)
-    completion_mask = torch.zeros((N, T_max), dtype=torch.long, device=device)
+    # Without EOS stops every generated token counts; with them, a row's tokens count up to its EOS.
+    completion_mask = torch.zeros((N, T_max), dtype=torch.long, device=device) if stop_at_eos else \
+        torch.ones((N, T_max), dtype=torch.long, device=device)
     logprobs = torch.zeros((N, T_max), dtype=torch.float32, device=device) if config.return_logprobs else None
     done = torch.zeros(N, dtype=torch.bool, device=device)
+    # The processor chain is built once; only the repetition penalty reads the mask, which grows each step.
+    stages = build_stages(config)
+    reads_mask = config.repetition_penalty != 1.0
+    # Only no-repeat-ngram can remove every token of a row; otherwise that check would be wasted work.
+    check_removed = config.no_repeat_ngram_size > 0
     steps = 0
     for t in range(T_max):
         width = P + t
         if t < config.min_new_tokens:  # HF's MinNewTokensLengthLogitsProcessor: no EOS yet (-inf survives every stage)
             logits = logits.clone()
             logits[:, eos_id] = float("-inf")
-        scores = process_logits(logits, ids[:, :width], config, mask[:, :width])
+        scores = logits
+        for _, stage in build_stages(config, mask[:, :width]) if reads_mask else stages:  # off: not in the list
+            scores = stage(scores, ids[:, :width])
         if config.do_sample or logprobs is not None:
-            tokens, token_logprobs = sample_next_token(scores, config, generator)
+            tokens, token_logprobs = sample_next_token(scores, config, generator, check_removed=check_removed,
+                                                       return_logprobs=logprobs is not None)
         else:  # plain greedy: the argmax is all we need
             tokens = scores.argmax(dim=-1)
-        tokens = tokens.masked_fill(done, pad_id)  # finished rows keep emitting padding
+        if stop_at_eos:
+            tokens = tokens.masked_fill(done, pad_id)  # finished rows keep emitting padding
+            completion_mask[:, t] = ~done
         ids[:, width] = tokens
-        completion_mask[:, t] = (~done).long()
         if logprobs is not None:
-            logprobs[:, t] = token_logprobs.masked_fill(done, 0.0)
+            logprobs[:, t] = token_logprobs.masked_fill(done, 0.0) if stop_at_eos else token_logprobs
+        steps = t + 1
         if stop_at_eos:
             done |= tokens == eos_id
-        steps = t + 1
-        if bool(done.all()) or t == T_max - 1:
+            if bool(done.all()):  # the one host sync per step, and only when EOS can stop the call
+                break
+        if t == T_max - 1:
             break
-        with autocast(device):
+        step_mask = mask[:, : width + 1] if padded else None
+        with amp:
             if kv is None:  # no cache: feed the whole sequence again
-                out = model(ids[:, : width + 1], attention_mask=mask[:, : width + 1], num_logits_to_keep=1)
+                out = model(ids[:, : width + 1], attention_mask=step_mask, num_logits_to_keep=1)
             else:
-                out = model(tokens[:, None], attention_mask=mask[:, : width + 1], cache=kv)
+                out = model(tokens[:, None], attention_mask=step_mask, cache=kv)
         logits = out.logits[:, -1]
     t2 = time.perf_counter()
 

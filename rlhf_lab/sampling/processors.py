@@ -238,7 +238,10 @@ def sample_next_token(
     scores: torch.Tensor,
     config: SamplingConfig,
     generator: torch.Generator | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    *,
+    check_removed: bool = True,
+    return_logprobs: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Pick one token per row from already processed scores (the output of `process_logits`).
 
     Greedy: argmax. Sampling: draw from softmax(scores) with torch.multinomial and `generator`.
@@ -247,25 +250,32 @@ def sample_next_token(
         scores: (batch, vocab) processed scores; cast to float32 here.
         config: only `do_sample` is read.
         generator: RNG for torch.multinomial (see `make_generator`); None uses the global RNG.
+        check_removed: raise ValueError when a row has no token left (all -inf). It reads the result
+            back to the host, a sync per call; `generate` turns it off unless no-repeat-ngram, the only
+            processor that can remove every token, is on.
+        return_logprobs: False skips gathering the log-probs (then the second result is None).
     Returns:
         tokens: (batch,) int64 chosen ids.
         logprobs: (batch,) float32, log softmax(scores) at the chosen id: the log-probability under the
             distribution the token was actually drawn from (after temperature and filters).
     """
     scores = scores.float()
-    if torch.isneginf(scores).all(dim=-1).any():
+    if check_removed and torch.isneginf(scores).all(dim=-1).any():
         raise ValueError(
             "every token of some row was removed (all scores are -inf); no_repeat_ngram_size can ban the "
             "whole vocabulary on long sequences over a small vocab: lower it or set it to 0"
         )
-    logprobs_all = F.log_softmax(scores, dim=-1)  # (batch, vocab)
-    if config.do_sample:
-        probs = logprobs_all.exp()
-        tokens = torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)
-    else:
+    if not config.do_sample:
         tokens = scores.argmax(dim=-1)
-    logprobs = logprobs_all.gather(1, tokens[:, None]).squeeze(1)
-    return tokens, logprobs
+        if not return_logprobs:
+            return tokens, None
+        return tokens, F.log_softmax(scores, dim=-1).gather(1, tokens[:, None]).squeeze(1)
+    logprobs_all = F.log_softmax(scores, dim=-1)  # (batch, vocab)
+    probs = logprobs_all.exp()  # softmax(scores), the distribution drawn from
+    tokens = torch.multinomial(probs, num_samples=1, generator=generator)  # (batch, 1)
+    if not return_logprobs:
+        return tokens.squeeze(1), None
+    return tokens.squeeze(1), logprobs_all.gather(1, tokens).squeeze(1)
 
 
 # ----------------------------------------------------------------------------------------------------

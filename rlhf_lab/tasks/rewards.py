@@ -181,6 +181,15 @@ class WeightedReward:
         parts = self.breakdown(prompt, completion, reference, finished)
         return sum(self.weights[name] * value for name, value in parts.items())
 
+    def score_batch(self, prompts: Sequence[str], completions: Sequence[str], references: Sequence[str],
+                    finished: Sequence[bool]) -> list[float]:
+        """[self(p, c, r, f) for each completion], the same values: one pass per named reward over the
+        batch, no per-completion dict (the trainer scores every rollout through this)."""
+        parts = [[self.rewards[name](p, c, r, f) for p, c, r, f in zip(prompts, completions, references, finished)]
+                 for name in self.weights]
+        weights = list(self.weights.values())
+        return [sum(w * values[i] for w, values in zip(weights, parts)) for i in range(len(completions))]
+
     def __repr__(self) -> str:
         return f"WeightedReward({self.weights}, answer_format={self.answer_format!r})"
 

@@ -1,0 +1,204 @@
+"""Where the time of one default GRPO step goes, and how far each phase is from its arithmetic floor.
+
+    python bench/profile_step.py                   # 32 prompts x 8 completions, shipped checkpoint, defaults
+    python bench/profile_step.py --algo gspo --steps 10 --threads 1
+
+The step is taken apart with the trainer's public pieces and each piece is timed on its own, `--steps`
+times after two warm-up steps (median reported):
+
+    rollout    prefill (the prompts through the model once), decode loop (one token for all rows per
+               iteration; of it, the logits processors + sampling, timed apart on the same shapes),
+               decode + scoring of the texts
+    reference  log pi_ref: the full-batch forward (what the step did before it was skipped at beta = 0)
+               and the 64-row sample the step now runs for its KL metrics
+    update     forward (with entropy), loss, backward, optimiser (clip + AdamW)
+    bookkeeping  train_step's own time minus its phases: metrics, the snapshot that makes a step
+               atomic, the finite-weight check
+
+Floor: FLOPs counted from the shapes (2 per multiply-add of every matmul: projections, attention
+scores and values, lm_head; backward = 2 x forward), divided by this CPU's fp32 matmul throughput
+measured at the same shapes (`torch.nn.functional.linear`, the op the model uses). Overhead share:
+the phase run on 1 row instead of N (same lengths, almost no arithmetic) over the phase on N rows,
+i.e. the part of the time that is Python and op dispatch rather than arithmetic. All times are
+CPU seconds of this process (steady on a shared machine; with 1 thread, equal to wall time when idle).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+from datetime import date
+
+import torch
+import torch.nn.functional as F
+
+from rlhf_lab.rl import Trainer, make_config
+from rlhf_lab.rl.rollout import policy_forward, score_completions
+from rlhf_lab.sampling import generate
+from rlhf_lab.sampling.processors import process_logits, sample_next_token
+
+
+def clock(fn, repeat: int = 1):
+    """(median CPU seconds of fn(), its last result). CPU time of this process, not wall time: with one
+    thread it is the time spent computing, which other jobs on a shared machine do not stretch."""
+    times, result = [], None
+    for _ in range(repeat):
+        start = time.process_time()
+        result = fn()
+        times.append(time.process_time() - start)
+    return statistics.median(times), result
+
+
+def linear_gflops(rows: int, fan_in: int, fan_out: int, repeat: int = 30) -> float:
+    """Measured fp32 throughput of F.linear at (rows, fan_in) x (fan_in, fan_out), GFLOP/s: the best
+    of `repeat` calls (the floor is what the CPU can do, not what a busy moment let it do)."""
+    x, w = torch.randn(rows, fan_in), torch.randn(fan_out, fan_in)
+    F.linear(x, w)
+    best = min(clock(lambda: F.linear(x, w))[0] for _ in range(repeat))
+    return 2 * rows * fan_in * fan_out / max(best, 1e-9) / 1e9
+
+
+def forward_flops(config, rows: int, positions: int, keys: float, logits: int) -> float:
+    """FLOPs of one forward: `rows` x `positions` tokens through every projection, attention over
+    `keys` keys on average, the lm_head on `logits` positions per row."""
+    C, I, H, K, D, L = (config.hidden_size, config.intermediate_size, config.num_attention_heads,
+                        config.num_key_value_heads, config.head_dim, config.num_hidden_layers)
+    projections = C * H * D + 2 * C * K * D + H * D * C + 3 * C * I  # q, k, v, o, gate, up, down
+    attention = 2 * H * D * keys  # q.k over the keys, then probs @ v
+    return 2 * rows * (positions * L * (projections + attention) + logits * C * config.vocab_size)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algo", default="grpo")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    load = [os.getloadavg()[0]]
+    trainer = Trainer(make_config(args.algo, eval_every=0, eval_examples=1, seed=0))
+    trainer.train(steps=2)  # warm-up
+    c, sampler, policy, mc = trainer.config, trainer.sampler, trainer.policy, trainer.policy.config
+    G, V = c.num_generations, mc.vocab_size
+    times: dict[str, list[float]] = {}
+    small: dict[str, list[float]] = {}
+    flops: dict[str, float] = {}
+
+    def note(name, seconds, store=times):
+        store.setdefault(name, []).append(seconds)
+
+    for _ in range(args.steps):
+        # --- rollout, piece by piece (what sample_and_score does)
+        examples = sampler.draw_prompts(c.prompts_per_step)
+        prompts = [trainer.tokenizer.encode(e.prompt, add_bos=True) for e in examples]
+        policy.eval()
+        seconds, out = clock(lambda: generate(policy, prompts, sampler.sampling, num_return_sequences=G,
+                                              generator=sampler.sample_generator))
+        steps = out.timings["steps"]
+        N, P = out.completion_ids.shape[0], out.prompt_ids.shape[1]
+        prefill_share = out.timings["prefill_s"] / (out.timings["prefill_s"] + out.timings["decode_s"])
+        note("rollout: prefill", seconds * prefill_share)  # generate's own wall-clock split, applied to CPU time
+        decode = seconds * (1 - prefill_share)
+        logits = torch.randn(N, V)
+        context = out.sequences[:, : P + 1]
+
+        def processors_and_sampling():
+            for _ in range(steps):
+                sample_next_token(process_logits(logits, context, sampler.sampling), sampler.sampling,
+                                  sampler.sample_generator)
+
+        seconds, _ = clock(processors_and_sampling)
+        note("rollout: decode loop (model)", decode - seconds)
+        note("rollout: processors + sampling", seconds)
+        one = generate(policy, prompts[:1], sampler.sampling, num_return_sequences=1, stop_at_eos=False,
+                       generator=sampler.sample_generator)
+        note("rollout: prefill", one.timings["prefill_s"], small)
+        note("rollout: decode loop (model)", one.timings["decode_s"], small)
+
+        def decode_and_score():
+            texts, finished = zip(*(trainer.tokenizer.decode_until_eos(r) for r in out.completion_ids.tolist()))
+            rows = [examples[i // G] for i in range(N)]
+            score_completions(trainer.reward_fn, [e.prompt for e in rows], texts, [e.answer for e in rows], finished)
+            accuracy = trainer.task.reward_fn({trainer.task.accuracy_reward: 1.0})
+            return score_completions(accuracy, [e.prompt for e in rows], texts, [e.answer for e in rows], finished)
+
+        note("rollout: decode text + scoring", clock(decode_and_score)[0])
+        flops["rollout: prefill"] = forward_flops(mc, c.prompts_per_step, P, (P + 1) / 2, 1)
+        flops["rollout: decode loop (model)"] = sum(forward_flops(mc, N, 1, P + t + 1, 1) for t in range(steps - 1))
+
+        # --- the no-grad forwards, and the update, on the real rollout of this step
+        with torch.no_grad():
+            rollout = trainer.collect_rollout(with_reference=False)
+            T = rollout.completion_ids.shape[1]
+            note("reference: full batch (skipped at beta = 0)", clock(lambda: trainer.reference_logprobs(rollout))[0])
+            note("reference: KL-metric sample (64 rows)", clock(lambda: trainer.sampled_kl_metrics(rollout))[0])
+            note("reference: full batch (skipped at beta = 0)",
+                 clock(lambda: trainer.reference_logprobs(rollout.select(torch.arange(1))))[0], small)
+        policy.train()
+        trainer.algorithm.compute_advantages(rollout)
+        # teacher-forced forward as completion_logits runs it: each distinct prompt once (U x P tokens),
+        # then every row's first T-1 completion tokens over P + t keys
+        U = len(torch.unique(rollout.input_ids[:, :P], dim=0))
+        fwd = forward_flops(mc, U, P, (P + 1) / 2, 1) + forward_flops(mc, N, T - 1, P + T / 2, T - 1)
+        sample = min(c.kl_metric_samples or N, N)
+        flops["reference: full batch (skipped at beta = 0)"] = fwd
+        flops["reference: KL-metric sample (64 rows)"] = (forward_flops(mc, min(U, sample), P, (P + 1) / 2, 1)
+                                                          + forward_flops(mc, sample, T - 1, P + T / 2, T - 1))
+        flops["update: forward"], flops["update: backward"] = fwd, 2 * fwd
+        for name, batch, store in (("", rollout, times), ("", rollout.select(torch.arange(1)), small)):
+            seconds, policy_out = clock(lambda b=batch: trainer.policy_outputs(b, with_entropy=True))
+            note("update: forward", seconds, store)
+            batch.old_logprobs = policy_out.logprobs.detach()
+            seconds, (loss, _) = clock(lambda b=batch, p=policy_out: trainer.algorithm.loss(b, p))
+            note("update: loss", seconds, store)
+            trainer.optimizer.zero_grad(set_to_none=True)
+            note("update: backward", clock(loss.backward)[0], store)
+
+            def optimise():
+                torch.nn.utils.clip_grad_norm_(trainer.trainable_parameters(), c.max_grad_norm)
+                trainer.optimizer.step()
+
+            note("update: clip + AdamW", clock(optimise)[0], store)
+        # --- a whole step, to find what is not in the phases above (wall-clock parts scaled to CPU time)
+        wall, cpu = time.perf_counter(), time.process_time()
+        row = trainer.train_step()
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        note("whole train_step", cpu)
+        note("bookkeeping (train_step - rollout - update)", cpu * (1 - row["step_time"] / wall))
+        load.append(os.getloadavg()[0])
+
+    # --- the matmul throughput the floors are computed with
+    tokens = N * (T - 1)  # the completion tokens of the update's forward, its largest matmuls
+    gflops_update = linear_gflops(tokens, mc.hidden_size, mc.intermediate_size)
+    gflops_decode = linear_gflops(N, mc.hidden_size, mc.intermediate_size)
+    median = {name: statistics.median(v) for name, v in times.items()}
+    step = median["whole train_step"]
+    print(f"\nProfile of one {args.algo} step, {date.today()}, {platform.machine()} {platform.processor() or ''}, "
+          f"torch {torch.__version__}, {args.threads} thread(s), 1-minute load average {min(load):.2f}-{max(load):.2f}; "
+          f"{c.prompts_per_step} prompts x {G} completions (last step: prompt width {P}, {steps} decode steps, "
+          f"forward: {U} distinct prompts x {P} + {N} rows x {T - 1} tokens); median of {args.steps} steps\n")
+    print(f"fp32 F.linear throughput: {gflops_update:.1f} GFLOP/s at ({tokens}, {mc.hidden_size}) x "
+          f"({mc.hidden_size}, {mc.intermediate_size}) (update, reference), {gflops_decode:.1f} GFLOP/s at "
+          f"({N}, {mc.hidden_size}) x ({mc.hidden_size}, {mc.intermediate_size}) (prefill, decode)\n")
+    print("| phase | CPU ms | share of step | MFLOP | floor ms | x floor | overhead share (1 row / N rows) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, seconds in median.items():
+        share = "-" if name.startswith("reference: full") or name == "whole train_step" else f"{seconds / step:.0%}"
+        cells = ["-", "-", "-"]
+        if name in flops:
+            rate = gflops_decode if name.startswith("rollout") else gflops_update
+            floor = flops[name] / rate / 1e9
+            cells = [f"{flops[name] / 1e6:.0f}", f"{floor * 1e3:.2f}", f"{seconds / floor:.0f}x"]
+        overhead = f"{min(statistics.median(small[name]) / seconds, 1):.0%}" if name in small else "-"
+        print(f"| {name} | {seconds * 1e3:.1f} | {share} | {' | '.join(cells)} | {overhead} |")
+    total_flops = sum(v for k, v in flops.items() if not k.startswith("reference: full"))
+    print(f"\nFLOPs of a step (without the skipped full reference forward): {total_flops / 1e9:.2f} GFLOP; "
+          f"floor {total_flops / gflops_update / 1e6:.1f} ms at the update's throughput; the step takes "
+          f"{step * 1e3:.1f} ms ({step / (total_flops / gflops_update / 1e9):.0f}x the floor).")
+
+
+if __name__ == "__main__":
+    main()
