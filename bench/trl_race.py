@@ -3,6 +3,7 @@
     pip install -e ".[bench]"                                   # trl: only this script needs it
     python bench/trl_race.py --check                            # step 1 computes the same thing in both
     python bench/trl_race.py --rounds 3 --budget 60             # the race: s/step, accuracy after equal time
+    python bench/trl_race.py --rounds 3 --budget 30 --clock cpu # the same on a machine shared with other jobs
 
 `--check` lets TRL sample one batch (32 prompts x 8 completions) from the shipped `addition_rl_start`
 checkpoint and take its first step; the lab then scores the very same token ids with its own trainer
@@ -10,15 +11,17 @@ checkpoint and take its first step; the lab then scores the very same token ids 
 advantages, the loss and the gradient norm, within the float tolerances printed beside them.
 
 The race runs the two trainers in turn, each in a fresh process (round 1: lab, TRL; round 2: lab,
-TRL; ...), for `--budget` seconds of wall time each (or `--steps`), from the same checkpoint, with
-round r's seed = r. The clock starts when the training loop starts (after both trainers are built)
-and reads the time at the end of every optimiser step through each library's own callback hooks,
-so it covers everything a step does: sampling, scoring, forwards, backward, optimiser, metrics,
-logging. Reported per run: the median seconds per step (step 1 excluded: first-call warm-up), and
-afterwards held-out greedy accuracy on the same 500 test problems, measured for both by the lab's
-`greedy_accuracy` (TRL's final model comes back through `from_hf`). The table gives the median over
-rounds, the median and range of the per-round ratio TRL / lab (> 1: the lab is faster), the load
-average and the torch thread count.
+TRL; ...), for `--budget` seconds each (of wall time, or with `--clock cpu` of the process's CPU
+time, which a machine shared with other jobs disturbs far less) or `--steps` steps, from the same
+checkpoint, with round r's seed = r. The clock starts when the training loop starts (after both
+trainers are built) and reads the time at the end of every optimiser step through each library's
+own callback hooks, so it covers everything a step does: sampling, scoring, forwards, backward,
+optimiser, metrics, logging. Reported per run: the median seconds per step, wall and CPU (step 1
+excluded: first-call warm-up), and afterwards held-out greedy accuracy on the same 500 test
+problems, measured for both by the lab's `greedy_accuracy` (TRL's final model comes back through
+`from_hf`). The table gives the median over rounds, the median and range of the per-round ratio
+TRL / lab (> 1: the lab is faster), the load average and the torch thread count; `--out` keeps
+every run's step times.
 
 Matched (SETTINGS below, with TRL's names): 32 prompts x num_generations 8 = one generation batch of
 256 completions and one optimiser step per batch (TRL: per_device_train_batch_size 256,
@@ -41,16 +44,24 @@ Not matched (each library does it its own way):
   times); the lab draws each step's 32 prompts with replacement.
 - Old log-probs: both skip the extra forward when the update is exactly on-policy (TRL: old =
   current.detach() when gradient_accumulation_steps is a multiple of steps_per_generation x
-  num_iterations; the lab: the same rule). The lab's step may also run a reference forward for its
-  KL metric even at beta = 0 (TRL builds no reference model at beta = 0): that is lab overhead.
+  num_iterations; the lab: the same rule).
+- Reference model: at beta = 0 TRL builds none; the lab keeps a frozen copy and, for its KL metric
+  only, runs it on `kl_metric_samples` (64) of the 256 completions every step: lab overhead.
+- Teacher-forced forward: the lab computes each distinct prompt once and shares its keys and values
+  with its G completions; TRL runs the whole prompt + completion row for each completion.
 - Log-probs: TRL patches the model with a fused, tiled LM head (log-probs and entropy without the full
   logits); the lab takes a float32 log-softmax of the (N, T, vocab) logits (a vocabulary of 58).
-- Optimiser implementation: TRL's default `adamw_torch_fused`; the lab's `torch.optim.AdamW` as the
-  lab builds it. Same update rule.
+- Optimiser implementation: TRL's default `adamw_torch_fused`; the lab's `torch.optim.AdamW`
+  (foreach). Same update rule.
 - Bookkeeping: TRL computes its metrics every step (entropy, clip ratios, reward stats) and logs every
   `logging_steps` (10, its default); the lab computes its history row every step (entropy, KL, clip
   fractions, the per-step distributions its live plots show), snapshots the weights and optimiser
   so a failed step leaves no trace, and checks the weights are finite. Each keeps its defaults.
+- Evaluation: neither evaluates while it trains (TRL: eval_strategy "no"; the lab: eval_every 0, its
+  row-0 evaluation done before the clock starts, on 1 problem); both are evaluated once, after.
+- Seeds: round r seeds both with r, but the two libraries draw different random numbers from it, so
+  the runs are different samples of the same experiment (the accuracy spread over rounds says how
+  much that matters).
 - Data loading: TRL goes through a torch DataLoader (num_workers 0) of a `datasets.Dataset`; the lab
   indexes a Python list.
 """
