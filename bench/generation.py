@@ -50,33 +50,10 @@ def run_one(impl: str, batch: int, new_tokens: int, repeats: int, threads: int |
 
     if threads:
         torch.set_num_threads(threads)
-    from rlhf_lab.model import LlamaModel, to_hf
-    from rlhf_lab.sampling import generate
-    from rlhf_lab.sft import lab_model_config
-    from rlhf_lab.tokenizer import CharTokenizer
+    generate_tokens = make_call(impl, batch, sampling)
 
-    torch.manual_seed(0)
-    tok = CharTokenizer()
-    model = LlamaModel(lab_model_config(tok, max_position_embeddings=512)).eval()
-    prompts = torch.randint(3, len(tok), (batch, PROMPT_LEN), generator=torch.Generator().manual_seed(1))
-    config = sampling_config(sampling, new_tokens)
-    if impl == "hf-generate":
-        hf = to_hf(model)
-        hf.generation_config.eos_token_id = None
-
-        def call():
-            torch.manual_seed(0)  # transformers samples from the global RNG
-            with torch.no_grad():  # no EOS id: it runs to max_new_tokens, as the lab with stop_at_eos=False
-                out = hf.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts), pad_token_id=0,
-                                  eos_token_id=None, **config.hf_generate_kwargs())
-            assert out.shape == (batch, PROMPT_LEN + new_tokens), out.shape
-    else:
-        cache = {"lab-static": "static", "lab-dynamic": "dynamic", "lab-paged": "paged",
-                 "lab-int8": "int8", "lab-nocache": "none"}[impl]
-
-        def call():
-            out = generate(model, prompts, config, cache=cache, stop_at_eos=False)
-            assert out.completion_ids.shape == (batch, new_tokens), out.completion_ids.shape
+    def call():
+        generate_tokens(new_tokens)
 
     call()  # warm-up
     times = []
@@ -92,6 +69,83 @@ def run_one(impl: str, batch: int, new_tokens: int, repeats: int, threads: int |
             "peak_mib": peak / 2**20, "threads": torch.get_num_threads()}
 
 
+def count_ops(batch: int, new_tokens: int, sampling: str, threads: int | None) -> None:
+    """Print the aten ops one decode step dispatches (lab-static and hf-generate) and the decode time
+    per step, each from the difference between a run of `new_tokens` and one of 2 tokens (so the
+    prefill and the setup cancel out). The arithmetic is the same on both sides; the ops are not."""
+    import collections
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    if threads:
+        torch.set_num_threads(threads)
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops[str(func.overloadpacket)] += 1
+            return func(*args, **(kwargs or {}))
+
+    calls = {impl: make_call(impl, batch, sampling) for impl in ("lab-static", "hf-generate")}
+    for impl, call in calls.items():
+        call(2)  # warm-up
+        counts = []
+        for length in (2, new_tokens):
+            with Count() as counter:
+                call(length)
+            counts.append(counter.ops)
+        per_step = {op: (counts[1][op] - counts[0][op]) / (new_tokens - 2) for op in counts[1]}
+        seconds = []
+        for _ in range(5):
+            start = time.perf_counter()
+            call(2)
+            middle = time.perf_counter()
+            call(new_tokens)
+            seconds.append((time.perf_counter() - middle - (middle - start)) / (new_tokens - 2))
+        top = ", ".join(f"{op.removeprefix('aten.')} {n:g}" for op, n in
+                        sorted(per_step.items(), key=lambda kv: -kv[1])[:12] if n)
+        print(f"{impl} ({sampling}, {batch} rows, {torch.get_num_threads()} threads): "
+              f"{sum(per_step.values()):.0f} aten ops per decode step, {1000 * statistics.median(seconds):.3f} "
+              f"ms per step (median of 5); most frequent: {top}")
+
+
+def make_call(impl: str, batch: int, sampling: str):
+    """call(new_tokens): one generation of `impl` on the benchmark's model and prompts."""
+    import torch
+
+    from rlhf_lab.model import LlamaModel, to_hf
+    from rlhf_lab.sampling import generate
+    from rlhf_lab.sft import lab_model_config
+    from rlhf_lab.tokenizer import CharTokenizer
+
+    torch.manual_seed(0)
+    tok = CharTokenizer()
+    model = LlamaModel(lab_model_config(tok, max_position_embeddings=512)).eval()
+    prompts = torch.randint(3, len(tok), (batch, PROMPT_LEN), generator=torch.Generator().manual_seed(1))
+    if impl == "hf-generate":
+        hf = to_hf(model)
+        hf.generation_config.eos_token_id = None
+
+        def call(new_tokens):
+            torch.manual_seed(0)  # transformers samples from the global RNG
+            with torch.no_grad():  # no EOS id: it runs to max_new_tokens, as the lab with stop_at_eos=False
+                out = hf.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts), pad_token_id=0,
+                                  eos_token_id=None, **sampling_config(sampling, new_tokens).hf_generate_kwargs())
+            assert out.shape == (batch, PROMPT_LEN + new_tokens), out.shape
+        return call
+    cache = {"lab-static": "static", "lab-dynamic": "dynamic", "lab-paged": "paged",
+             "lab-int8": "int8", "lab-nocache": "none"}[impl]
+
+    def call(new_tokens):
+        out = generate(model, prompts, sampling_config(sampling, new_tokens), cache=cache, stop_at_eos=False)
+        assert out.completion_ids.shape == (batch, new_tokens), out.completion_ids.shape
+    return call
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--one", nargs=3, metavar=("IMPL", "BATCH", "NEW_TOKENS"), help=argparse.SUPPRESS)
@@ -101,6 +155,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--sampling", choices=(*SAMPLING, "both"), default="greedy",
                         help="greedy, sampled (temperature 0.7, top-k 20, top-p 0.9) or both")
+    parser.add_argument("--count-ops", action="store_true",
+                        help="instead of the table: aten ops and ms per decode step, lab-static and hf-generate")
     parser.add_argument("--settings", nargs="*", default=[f"{b}x{n}" for b, n in SETTINGS],
                         help="batch x new tokens, e.g. 64x32 8x256")
     args = parser.parse_args()
@@ -110,6 +166,12 @@ def main() -> None:
         return
     import torch
 
+    if args.count_ops:
+        for sampling in SAMPLING if args.sampling == "both" else (args.sampling,):
+            for item in args.settings:
+                batch, new = (int(v) for v in item.split("x"))
+                count_ops(batch, new, sampling, args.threads)
+        return
     settings = [tuple(int(v) for v in item.split("x")) for item in args.settings]
     modes = SAMPLING if args.sampling == "both" else (args.sampling,)
     threads = ["--threads", str(args.threads)] if args.threads else []

@@ -39,7 +39,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if _fused_rms_norm is not None:  # one fused kernel, same formula (torch >= 2.4)
+        if _fused_rms_norm is not None:  # one call, same formula (torch >= 2.4)
+            if x.dtype == torch.float32:  # nothing to cast (the common case: skips two calls per norm)
+                return self.weight * _fused_rms_norm(x, (x.shape[-1],), eps=self.eps)
             return self.weight * _fused_rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -90,14 +92,7 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         B, T, _ = x.shape
         H, K, D = self.num_heads, self.num_kv_heads, self.head_dim
-        if self.qkv_fused is not None and not torch.is_grad_enabled() and self.q_norm is None:
-            # [q | k | v] = x [W_q | W_k | W_v]^T: one matmul, heads side by side (B, H + 2K, T, D), and one
-            # RoPE call rotates the H query and K key heads together
-            qkv = F.linear(x, *self.qkv_fused).view(B, T, H + 2 * K, D).transpose(1, 2)
-            qk = apply_rope(qkv[:, : H + K], cos, sin, interleaved=self.interleaved)
-            # k gets its own buffer as in the unfused path: the attention matmul's rounding follows k's layout
-            q, k, v = qk[:, :H], qk[:, H:].contiguous(), qkv[:, H + K :]  # (B, H|K|K, T, D)
-        else:
+        if self.qkv_fused is None or torch.is_grad_enabled() or self.q_norm is not None:
             q = self.q_proj(x).view(B, T, H, D)  # (B, T, H, D)
             k = self.k_proj(x).view(B, T, K, D)  # (B, T, K, D)
             if self.q_norm is not None:  # Qwen3: normalise each head before RoPE rotates it
@@ -106,6 +101,13 @@ class Attention(nn.Module):
             v = self.v_proj(x).view(B, T, K, D).transpose(1, 2)  # (B, K, T, D)
             q = apply_rope(q, cos, sin, interleaved=self.interleaved)
             k = apply_rope(k, cos, sin, interleaved=self.interleaved)
+        else:  # generation (see fuse_projections): the same numbers with fewer ops
+            # [q | k | v] = x [W_q | W_k | W_v]^T: one matmul, heads side by side (B, H + 2K, T, D), and one
+            # RoPE call rotates the H query and K key heads together
+            qkv = F.linear(x, *self.qkv_fused).view(B, T, H + 2 * K, D).transpose(1, 2)
+            qk = apply_rope(qkv[:, : H + K], cos, sin, interleaved=self.interleaved)
+            # k gets its own buffer as in the unfused path: the attention matmul's rounding follows k's layout
+            q, k, v = qk[:, :H], qk[:, H:].contiguous(), qkv[:, H + K :]  # (B, H|K|K, T, D)
         if cache is not None:
             # The cache stores keys AFTER RoPE and BEFORE the GQA repeat, as transformers does.
             k, v = cache.update(self.layer_idx, k, v)  # (B, K, S, D)
@@ -155,13 +157,13 @@ class MLP(nn.Module):
         self.gate_up_fused = (torch.cat([self.gate_proj.weight, self.up_proj.weight]), bias) if enabled else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gate_up_fused is not None and not torch.is_grad_enabled():
-            gate, up = F.linear(x, *self.gate_up_fused).chunk(2, dim=-1)  # [gate | up] = x [W_g | W_u]^T
+        if self.gate_up_fused is None or torch.is_grad_enabled():
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        else:  # generation: [gate | up] = x [W_g | W_u]^T in one matmul (see fuse_projections)
+            gate, up = F.linear(x, *self.gate_up_fused).chunk(2, dim=-1)
             # silu's kernel for a strided view rounds differently from its contiguous one: copy, to get
             # the very numbers of the unfused path
             gate = gate.contiguous()
-        else:
-            gate, up = self.gate_proj(x), self.up_proj(x)
         return self.down_proj(F.silu(gate) * up)
 
 
@@ -350,8 +352,11 @@ class LlamaModel(nn.Module):
         kept = h[:, -num_logits_to_keep:] if num_logits_to_keep else h
         # Logits in float32 even under bf16 autocast or with bf16 weights: log-probs and the PPO/GRPO
         # ratio exp(log pi - log pi_old) are differences of nearly equal numbers, and bf16 keeps 8 bits.
-        with torch.autocast(device_type=kept.device.type, enabled=False):
-            logits = F.linear(kept.float(), self.lm_head.weight.float())
+        if kept.dtype == self.lm_head.weight.dtype == torch.float32 and not torch.is_autocast_enabled(kept.device.type):
+            logits = F.linear(kept, self.lm_head.weight)  # already float32, and no autocast to turn off
+        else:
+            with torch.autocast(device_type=kept.device.type, enabled=False):
+                logits = F.linear(kept.float(), self.lm_head.weight.float())
         values = self.value_head(h).squeeze(-1).float() if self.value_head is not None else None
         return ModelOutput(logits=logits, cache=cache, values=values, hidden_states=h)
 

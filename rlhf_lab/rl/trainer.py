@@ -10,11 +10,16 @@
 
 `train_step()` is those three phases plus one row of metrics, done atomically, and `train()` loops
 over it with evaluation and callbacks; both come from `rlhf_lab.loop.TrainingLoop`, shared with SFT.
+What a step does not need it skips: no log pi_old forward on-policy (pi_old = pi_theta.detach(), as
+TRL does), no reference forward over the batch when the loss does not read log pi_ref (beta = 0,
+TRL's default: the KL metrics then come from `kl_metric_samples` rows), and every teacher-forced
+forward runs each distinct prompt once for its G completions (rollout.py). bench/profile_step.py
+shows where the time of a step goes.
 `loss_and_gradient(minibatch)` gives a loss and its gradient without changing the weights (to
 compare losses or advantages on the same samples).
 
 The loop knows the algorithm only through its hooks (algorithm.py): `make_critic`,
-`shape_rollout`, `needs_old_logprobs`, `compute_advantages`, `loss`, `after_step`, `kl_coefficient`
+`shape_rollout`, `needs_old_logprobs`, `needs_reference_logprobs`, `compute_advantages`, `loss`, `after_step`, `kl_coefficient`
 and `state_dict`. It never names one.
 
 The step engine (config: bf16, attn_implementation, gradient_checkpointing, lora_r, offload_reference)
