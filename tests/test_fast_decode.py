@@ -13,6 +13,7 @@ import torch
 from rlhf_lab.checkpoints import load_checkpoint
 from rlhf_lab.model import LlamaModel, ModelConfig
 from rlhf_lab.model.rope import RotaryEmbedding
+from rlhf_lab.model.transformer import build_attention_mask
 from rlhf_lab.sampling import (
     SamplingConfig,
     generate,
@@ -133,3 +134,33 @@ def test_sample_next_token_checks_removed_rows_only_when_asked():
     assert tokens.tolist() == [2] and logprobs is None
     tokens, _ = sample_next_token(scores, greedy, check_removed=False)  # no check: no error, no sync
     assert tokens[0].item() == 2
+
+
+def test_decoding_step_mask_is_the_padding_mask_with_the_query_visible():
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 1, 1, 1, 0]])  # last row: a padding query
+    got = build_attention_mask(mask, num_new=1, past_len=4, device=torch.device("cpu"))
+    # By the definition: key s visible to the query at position 4 when s <= 4, not padding, or s is itself.
+    expected = torch.tensor([[(s <= 4 and bool(row[s])) or s == 4 for s in range(5)] for row in mask.tolist()])
+    assert got.shape == (3, 1, 1, 5)
+    assert torch.equal(got[:, 0, 0], expected)
+    assert mask[2, 4] == 0  # the caller's mask is not modified
+    with pytest.raises(ValueError, match="covers 5 positions"):
+        build_attention_mask(mask, num_new=1, past_len=5, device=torch.device("cpu"))
+
+
+def test_exponential_race_draws_what_multinomial_draws():
+    torch.manual_seed(0)
+    scores = torch.randn(64, 58) * 2
+    scores[:, :5] = float("-inf")  # removed tokens are never drawn
+    config = SamplingConfig(do_sample=True)
+    ours, _ = sample_next_token(scores, config, torch.Generator().manual_seed(11), return_logprobs=False)
+    theirs = torch.multinomial(scores.softmax(-1), 1, generator=torch.Generator().manual_seed(11)).squeeze(1)
+    assert torch.equal(ours, theirs)  # same random numbers, same tokens: seeded histories unchanged
+    assert (ours >= 5).all()
+    # And it samples the right distribution: 20000 draws of one row, each frequency within 5 standard
+    # errors sqrt(p (1 - p) / n) of its probability.
+    row = torch.tensor([[0.0, 1.0, 2.0, -1.0]]).expand(20000, 4)
+    tokens, _ = sample_next_token(row, config, torch.Generator().manual_seed(0), return_logprobs=False)
+    p = row[0].softmax(-1)
+    frequency = torch.bincount(tokens, minlength=4).float() / len(tokens)
+    assert ((frequency - p).abs() <= 5 * (p * (1 - p) / len(tokens)).sqrt()).all()

@@ -41,7 +41,7 @@ def test_shared_prompt_forward_equals_the_full_sequence():
     rollout = trainer.collect_rollout()
     assert len(torch.unique(rollout.input_ids[:, : rollout.prompt_width], dim=0)) < len(rollout)  # groups share
     mask = rollout.completion_mask
-    shared = policy_forward(trainer.policy, rollout).logprobs
+    shared = policy_forward(trainer.policy, rollout, share_prompts=True).logprobs
     grad_shared = flat_gradient(trainer.policy, shared, mask)
     plain, logits = full_sequence_logprobs(trainer.policy, rollout)
     grad_plain = flat_gradient(trainer.policy, plain, mask)

@@ -212,14 +212,16 @@ def build_attention_mask(
     if attention_mask is None and num_new == 1:
         return None
     total = past_len + num_new
+    if attention_mask is not None and attention_mask.shape[-1] != total:
+        raise ValueError(f"attention_mask covers {attention_mask.shape[-1]} positions but past + new = {total}")
+    if num_new == 1:  # one new token (a decoding step): every key is in its past, only padding is hidden
+        allowed = attention_mask != 0  # (B, S), a new tensor
+        allowed[:, -1] = True  # the query itself
+        return allowed[:, None, None, :]  # (B, 1, 1, S)
     key_pos = torch.arange(total, device=device)
     query_pos = torch.arange(past_len, total, device=device)
     allowed = key_pos[None, :] <= query_pos[:, None]  # (T, S) causal
     if attention_mask is not None:
-        if attention_mask.shape[-1] != total:
-            raise ValueError(
-                f"attention_mask covers {attention_mask.shape[-1]} positions but past + new = {total}"
-            )
         allowed = allowed[None] & attention_mask[:, None, :].bool()  # (B, T, S)
         allowed = allowed | (key_pos[None, None, :] == query_pos[None, :, None])
     else:

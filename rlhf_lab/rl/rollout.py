@@ -245,24 +245,28 @@ class PolicyOutput:
     values: torch.Tensor | None  # (N, T) V(s_t): the value of the state before token t
 
 
-def completion_logits(model, rollout: Rollout, temperature: float = 1.0):
+def completion_logits(model, rollout: Rollout, temperature: float = 1.0, share_prompts: bool = False):
     """(logits (N, T, V) float32 / temperature, values (N, T) or None) at the completion positions.
 
     The logit at position P-1+t predicts completion token t, so we keep positions P-1 .. P+T-2 and
     divide by the sampling temperature (the distribution the tokens were drawn from).
 
-    When rows share a prompt (the G completions of a group), each distinct prompt goes through the
-    model once and its keys/values serve all of its rows: `shared_prompt_forward`. The same function
-    of the weights (causal attention: a prompt position never sees the completion), so the same
-    log-probs and gradients up to float rounding, for a fraction of the tokens.
+    share_prompts=True (what the RL Trainer uses): when rows share a prompt (the G completions of a
+    group), each distinct prompt goes through the model once and its keys/values serve all of its
+    rows: `shared_prompt_forward`. The same function of the weights (causal attention: a prompt
+    position never sees the completion), so the same log-probs and gradients up to float rounding,
+    for a fraction of the tokens. The default, one forward over every row's whole sequence, gives each
+    row the same bits whatever else is in the batch (DPO compares pi and pi_ref computed in different
+    batches and counts exact ties).
     """
     P, T = rollout.prompt_width, rollout.completion_ids.shape[1]
-    prompts = torch.cat([rollout.input_ids[:, :P], rollout.attention_mask[:, :P]], dim=1)  # (N, 2P)
-    unique, row_prompt = torch.unique(prompts, dim=0, return_inverse=True)  # (U, 2P), (N,)
     recompute = getattr(model, "gradient_checkpointing", False) and torch.is_grad_enabled()
-    if len(unique) < len(rollout) and not recompute:  # checkpointing recomputes layers without a cache
-        logits, values = shared_prompt_forward(model, rollout, unique[:, :P], unique[:, P:], row_prompt)
-        return logits.float() / temperature, values
+    if share_prompts and not recompute:  # checkpointing recomputes layers without a cache
+        prompts = torch.cat([rollout.input_ids[:, :P], rollout.attention_mask[:, :P]], dim=1)  # (N, 2P)
+        unique, row_prompt = torch.unique(prompts, dim=0, return_inverse=True)  # (U, 2P), (N,)
+        if len(unique) < len(rollout):
+            logits, values = shared_prompt_forward(model, rollout, unique[:, :P], unique[:, P:], row_prompt)
+            return logits.float() / temperature, values
     # Positions P-1 .. P+T-2 are the last T of the P+T-1 inputs: the lm_head runs on those only
     # (num_logits_to_keep), not on the prompt positions whose logits nothing uses.
     out = model(rollout.input_ids[:, :-1], attention_mask=rollout.attention_mask[:, :-1], num_logits_to_keep=T)
@@ -301,10 +305,10 @@ def shared_prompt_forward(model, rollout: Rollout, prompt_ids: torch.Tensor, pro
 
 
 def policy_forward(model, rollout: Rollout, temperature: float = 1.0, with_entropy: bool = False,
-                   with_values: bool = False) -> PolicyOutput:
+                   with_values: bool = False, share_prompts: bool = False) -> PolicyOutput:
     """Log-probs (and optionally entropy, values) of the rollout's completion tokens under `model`:
     a float32 log-softmax of `completion_logits` at the chosen ids."""
-    logits, values = completion_logits(model, rollout, temperature)
+    logits, values = completion_logits(model, rollout, temperature, share_prompts)
     logprobs = selective_log_softmax(logits, rollout.completion_ids)
     entropy = entropy_from_logits(logits.detach()) if with_entropy else None
     return PolicyOutput(logprobs=logprobs, entropy=entropy, values=values if with_values else None)

@@ -228,11 +228,11 @@ class Trainer(TrainingLoop):
         T = self.config.temperature
         if self.ref_model is None:
             with adapters_disabled(self.policy):
-                return policy_forward(self.policy, rollout, T).logprobs
+                return policy_forward(self.policy, rollout, T, share_prompts=True).logprobs
         if not self.config.offload_reference:
-            return policy_forward(self.ref_model, rollout, T).logprobs
+            return policy_forward(self.ref_model, rollout, T, share_prompts=True).logprobs
         try:
-            return policy_forward(self.ref_model.to(self.device), rollout, T).logprobs
+            return policy_forward(self.ref_model.to(self.device), rollout, T, share_prompts=True).logprobs
         finally:
             self.ref_model.to("cpu")
 
@@ -267,12 +267,13 @@ class Trainer(TrainingLoop):
                 if with_reference:
                     rollout.ref_logprobs = self.reference_logprobs(rollout)
                 if self.algorithm.needs_old_logprobs or self.critic is self.policy:
-                    old = policy_forward(self.policy, rollout, T, with_values=self.critic is self.policy)
+                    old = policy_forward(self.policy, rollout, T, with_values=self.critic is self.policy,
+                                         share_prompts=True)
                     if self.algorithm.needs_old_logprobs:
                         rollout.old_logprobs = old.logprobs
                     rollout.old_values = old.values
                 if self.critic is not None and self.critic is not self.policy:
-                    rollout.old_values = policy_forward(self.critic, rollout, T, with_values=True).values
+                    rollout.old_values = policy_forward(self.critic, rollout, T, with_values=True, share_prompts=True).values
         finally:
             self.policy.train()
         return rollout
@@ -293,7 +294,7 @@ class Trainer(TrainingLoop):
             ref = self.reference_logprobs(sample)
             old = sample.sampling_logprobs
             if old is None:  # a rollout built without the sampler's log-probs
-                old = policy_forward(self.policy, sample, self.config.temperature).logprobs
+                old = policy_forward(self.policy, sample, self.config.temperature, share_prompts=True).logprobs
         return kl_metrics(old, ref, sample.completion_mask)
 
     def early_stop(self, metrics: dict) -> str | None:
@@ -305,9 +306,10 @@ class Trainer(TrainingLoop):
         """Log pi(token) under the weights being trained (with gradient), and V(s_t) from the critic."""
         T, shared = self.config.temperature, self.critic is self.policy
         with self.autocast():
-            out = policy_forward(self.policy, minibatch, T, with_entropy=with_entropy, with_values=shared)
+            out = policy_forward(self.policy, minibatch, T, with_entropy=with_entropy, with_values=shared,
+                                 share_prompts=True)
             if self.critic is not None and not shared:
-                out.values = policy_forward(self.critic, minibatch, T, with_values=True).values
+                out.values = policy_forward(self.critic, minibatch, T, with_values=True, share_prompts=True).values
         return out
 
     def minibatch_step(self, minibatch: Rollout, with_entropy: bool = False) -> tuple[LossInfo, float, PolicyOutput]:

@@ -244,12 +244,13 @@ def sample_next_token(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Pick one token per row from already processed scores (the output of `process_logits`).
 
-    Greedy: argmax. Sampling: draw from softmax(scores) with torch.multinomial and `generator`.
+    Greedy: argmax. Sampling: draw from softmax(scores) with `generator`, by the exponential race that
+    torch.multinomial(probs, 1) runs (the same token for the same generator state).
 
     Args:
         scores: (batch, vocab) processed scores; cast to float32 here.
         config: only `do_sample` is read.
-        generator: RNG for torch.multinomial (see `make_generator`); None uses the global RNG.
+        generator: RNG for the draw (see `make_generator`); None uses the global RNG.
         check_removed: raise ValueError when a row has no token left (all -inf). It reads the result
             back to the host, a sync per call; `generate` turns it off unless no-repeat-ngram, the only
             processor that can remove every token, is on.
@@ -272,7 +273,12 @@ def sample_next_token(
         return tokens, F.log_softmax(scores, dim=-1).gather(1, tokens[:, None]).squeeze(1)
     logprobs_all = F.log_softmax(scores, dim=-1)  # (batch, vocab)
     probs = logprobs_all.exp()  # softmax(scores), the distribution drawn from
-    tokens = torch.multinomial(probs, num_samples=1, generator=generator)  # (batch, 1)
+    # The exponential race: token = argmax_i p_i / E_i with E_i ~ Exp(1) independent. E_i / p_i is
+    # exponential with rate p_i, and the smallest of such clocks is clock i with probability p_i / sum p.
+    # It is how torch.multinomial draws one sample (same random numbers, same token), without its input
+    # checks, each a read back to the host.
+    race = torch.empty_like(probs).exponential_(1.0, generator=generator)
+    tokens = (probs / race).argmax(dim=-1, keepdim=True)  # (batch, 1)
     if not return_logprobs:
         return tokens.squeeze(1), None
     return tokens.squeeze(1), logprobs_all.gather(1, tokens).squeeze(1)
