@@ -7,13 +7,14 @@ greedy and seeded-sampled alike; and each fast piece must equal the piece it rep
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
 from rlhf_lab.checkpoints import load_checkpoint
-from rlhf_lab.model import LlamaModel, ModelConfig
+from rlhf_lab.model import LlamaModel, ModelConfig, build_attention_mask
 from rlhf_lab.model.rope import RotaryEmbedding
-from rlhf_lab.model.transformer import build_attention_mask
 from rlhf_lab.sampling import (
     SamplingConfig,
     generate,
@@ -164,3 +165,22 @@ def test_exponential_race_draws_what_multinomial_draws():
     p = row[0].softmax(-1)
     frequency = torch.bincount(tokens, minlength=4).float() / len(tokens)
     assert ((frequency - p).abs() <= 5 * (p * (1 - p) / len(tokens)).sqrt()).all()
+
+
+def test_lora_adapters_are_not_bypassed_by_the_stacked_weights(shipped):
+    from rlhf_lab.model.lora import add_lora
+
+    model, tokenizer = shipped
+    lora = add_lora(copy.deepcopy(model), r=4)
+    with torch.no_grad():  # a nonzero update, so that ignoring the adapters would change the logits
+        for name, param in lora.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5, generator=torch.Generator().manual_seed(0))
+    ids = torch.tensor([tokenizer.encode("345+678=", add_bos=True)])
+    with torch.no_grad():
+        plain = lora(ids).logits
+        with lora.fused_projections():
+            fused = lora(ids).logits
+        base = model(ids).logits
+    assert not torch.allclose(plain, base)  # the adapters matter here
+    assert torch.equal(fused, plain)

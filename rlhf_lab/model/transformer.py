@@ -79,8 +79,12 @@ class Attention(nn.Module):
         always use the three modules (the stack would not pass gradients back to them).
         """
         projections = (self.q_proj, self.k_proj, self.v_proj)
+        if not enabled or not all(type(p) is nn.Linear for p in projections):
+            # A wrapped projection (a LoRA adapter, say) computes more than x W^T + b: keep calling it.
+            self.qkv_fused = None
+            return
         bias = torch.cat([p.bias for p in projections]) if self.q_proj.bias is not None else None
-        self.qkv_fused = (torch.cat([p.weight for p in projections]), bias) if enabled else None
+        self.qkv_fused = (torch.cat([p.weight for p in projections]), bias)
 
     def forward(
         self,
@@ -120,6 +124,9 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim))
 
 
+SOFTMAX_MIN_KEYS = 16  # grouped_attention pads shorter key axes to this many on the CPU
+
+
 def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """softmax(q k^T / sqrt(D) + mask) v with grouped-query heads, without copying k and v.
 
@@ -136,8 +143,15 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
     scores = torch.bmm(q.reshape(B * K, G * T, D), k_t).view(B, K, G * T, S) * D**-0.5  # q k^T / sqrt(D)
     if mask is not None:
         scores = scores.view(B, K, G, T, S).masked_fill(~mask[:, None], float("-inf")).view(B, K, G * T, S)
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)  # softmax in float32
-    return torch.bmm(probs.view(B * K, G * T, S), v.reshape(B * K, S, D)).view(B, H, T, D)
+    if S < SOFTMAX_MIN_KEYS and scores.device.type == "cpu":
+        # torch's CPU softmax over a last dimension under 16 is ~8x slower than over 16 (bench/RESULTS.md,
+        # "Profile of the default GRPO step"): pad with -inf keys, whose probability is exactly 0, and drop
+        # them after. The same probabilities up to the order of the float32 sum.
+        scores = F.pad(scores, (0, SOFTMAX_MIN_KEYS - S), value=float("-inf"))
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)[..., :S].to(v.dtype).reshape(B * K, G * T, S)
+    else:
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype).view(B * K, G * T, S)  # float32
+    return torch.bmm(probs, v.reshape(B * K, S, D)).view(B, H, T, D)
 
 
 class MLP(nn.Module):
@@ -153,8 +167,11 @@ class MLP(nn.Module):
 
     def fuse_projections(self, enabled: bool = True) -> None:
         """Stack W_gate and W_up into one (2I, C) matrix for forwards without gradients (see Attention's)."""
+        if not enabled or not (type(self.gate_proj) is type(self.up_proj) is nn.Linear):  # as in Attention's
+            self.gate_up_fused = None
+            return
         bias = torch.cat([self.gate_proj.bias, self.up_proj.bias]) if self.gate_proj.bias is not None else None
-        self.gate_up_fused = (torch.cat([self.gate_proj.weight, self.up_proj.weight]), bias) if enabled else None
+        self.gate_up_fused = (torch.cat([self.gate_proj.weight, self.up_proj.weight]), bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up_fused is None or torch.is_grad_enabled():
