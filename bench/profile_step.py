@@ -10,7 +10,7 @@ times after two warm-up steps (median reported):
                iteration; of it, the logits processors + sampling, timed apart on the same shapes),
                decode + scoring of the texts
     reference  log pi_ref: the full-batch forward (what the step did before it was skipped at beta = 0)
-               and the 64-row sample the step now runs for its KL metrics
+               and the `kl_metric_samples`-row sample the step now runs for its KL metrics
     update     forward (with entropy), loss, backward, optimiser (clip + AdamW)
     bookkeeping  train_step's own time minus its phases: metrics, the snapshot that makes a step
                atomic, the finite-weight check
@@ -90,6 +90,7 @@ def main() -> None:
     def note(name, seconds, store=times):
         store.setdefault(name, []).append(seconds)
 
+    kl_rows = f"reference: KL-metric sample ({min(c.kl_metric_samples or 0, c.prompts_per_step * G)} rows)"
     for _ in range(args.steps):
         # --- rollout, piece by piece (what sample_and_score does)
         examples = sampler.draw_prompts(c.prompts_per_step)
@@ -134,7 +135,7 @@ def main() -> None:
             rollout = trainer.collect_rollout(with_reference=False)
             T = rollout.completion_ids.shape[1]
             note("reference: full batch (skipped at beta = 0)", clock(lambda: trainer.reference_logprobs(rollout))[0])
-            note("reference: KL-metric sample (64 rows)", clock(lambda: trainer.sampled_kl_metrics(rollout))[0])
+            note(kl_rows, clock(lambda: trainer.sampled_kl_metrics(rollout))[0])
             note("reference: full batch (skipped at beta = 0)",
                  clock(lambda: trainer.reference_logprobs(rollout.select(torch.arange(1))))[0], small)
         policy.train()
@@ -145,7 +146,7 @@ def main() -> None:
         fwd = forward_flops(mc, U, P, (P + 1) / 2, 1) + forward_flops(mc, N, T - 1, P + T / 2, T - 1)
         sample = min(c.kl_metric_samples or N, N)
         flops["reference: full batch (skipped at beta = 0)"] = fwd
-        flops["reference: KL-metric sample (64 rows)"] = (forward_flops(mc, min(U, sample), P, (P + 1) / 2, 1)
+        flops[kl_rows] = (forward_flops(mc, min(U, sample), P, (P + 1) / 2, 1)
                                                           + forward_flops(mc, sample, T - 1, P + T / 2, T - 1))
         flops["update: forward"], flops["update: backward"] = fwd, 2 * fwd
         for name, batch, store in (("", rollout, times), ("", rollout.select(torch.arange(1)), small)):

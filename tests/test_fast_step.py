@@ -140,3 +140,37 @@ def test_stop_at_accuracy_ends_the_run_at_the_first_evaluation_that_reaches_it()
 def test_new_settings_are_checked(field, value):
     with pytest.raises(ValueError, match=field):
         make_config("grpo", **{field: value})
+
+
+@pytest.mark.parametrize("table_shape", ["per_row", "shared"])
+def test_half_split_rope_is_the_pairwise_rotation_bit_for_bit(table_shape):
+    """apply_rope's whole-row form x [cos | cos] + [b | a] [-sin | sin] against the definition
+    (a cos - b sin, b cos + a sin): a + (-(b s)) is exactly a - b s in IEEE arithmetic, so equal bits."""
+    from rlhf_lab.model.rope import apply_rope
+
+    g = torch.Generator().manual_seed(0)
+    B, H, T, D = 3, 4, 5, 16
+    x = torch.randn(B, T, H, D, generator=g).transpose(1, 2)  # the strided layout the model passes
+    angles = torch.rand((B, 1, T, D // 2) if table_shape == "per_row" else (T, D // 2), generator=g) * 6.3
+    cos, sin = angles.cos(), angles.sin()
+    a, b = x[..., : D // 2], x[..., D // 2 :]
+    expected = torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
+    assert torch.equal(apply_rope(x, cos, sin), expected)
+
+
+@pytest.mark.parametrize("keys", [3, 13, 16, 21])
+def test_attention_with_padded_softmax_equals_the_formula(keys):
+    """grouped_attention pads key axes under 16 with -inf keys on the CPU: the output must equal
+    softmax(q k^T / sqrt(D) + mask) v written out. Only the float32 sum order of the softmax
+    differs: a few eps relative to values of order 1 (|v| ~ 1, probabilities sum to 1)."""
+    from rlhf_lab.model.transformer import grouped_attention
+
+    g = torch.Generator().manual_seed(1)
+    B, H, K, T, D = 2, 4, 2, 4, 16
+    q, k, v = (torch.randn(B, n, t, D, generator=g) for n, t in ((H, T), (K, keys), (K, keys)))
+    mask = torch.rand(B, 1, T, keys, generator=g) > 0.3
+    mask[..., -1] = True  # every query sees at least one key
+    scores = (q @ k.repeat_interleave(H // K, 1).transpose(-1, -2)) * D**-0.5
+    expected = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1) @ v.repeat_interleave(H // K, 1)
+    scale = v.abs().max().item()
+    torch.testing.assert_close(grouped_attention(q, k, v, mask), expected, rtol=0, atol=SIGMAS * keys * EPS32 * scale)

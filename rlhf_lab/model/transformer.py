@@ -142,7 +142,8 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
     k_t = k.transpose(-1, -2).reshape(B * K, D, S)
     scores = torch.bmm(q.reshape(B * K, G * T, D), k_t).view(B, K, G * T, S) * D**-0.5  # q k^T / sqrt(D)
     if mask is not None:
-        scores = scores.view(B, K, G, T, S).masked_fill(~mask[:, None], float("-inf")).view(B, K, G * T, S)
+        # where(mask, scores, -inf): the masked_fill(~mask, -inf) of the formula without building ~mask
+        scores = torch.where(mask[:, None], scores.view(B, K, G, T, S), float("-inf")).view(B, K, G * T, S)
     if S < SOFTMAX_MIN_KEYS and scores.device.type == "cpu":
         # torch's CPU softmax over a last dimension under 16 is ~8x slower than over 16 (bench/RESULTS.md,
         # "Profile of the default GRPO step"): pad with -inf keys, whose probability is exactly 0, and drop

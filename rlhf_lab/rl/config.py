@@ -53,9 +53,10 @@ class RLConfig(Validated):
     keep_distributions: bool = True  # per-step advantages / ratios for the live plots
     # When the loss does not use the reference (GRPO / GSPO at beta = 0), the KL-to-reference metrics
     # (kl_k1, kl_k3) come from the reference's forward on this many completions, evenly spaced over
-    # the batch (2 per prompt at the defaults), not on all of them: a noisier estimate for a quarter
-    # of the forward. None: every completion (the exact batch mean); 0: no KL metrics then (NaN).
-    kl_metric_samples: int | None = 64
+    # the batch (one per prompt at the defaults: its first), not on all of them: a noisier estimate of
+    # the same token mean for an eighth of the rows. None: every completion (the exact batch mean);
+    # 0: no KL metrics then (NaN).
+    kl_metric_samples: int | None = 32
     # --- the step engine (what a real model on a GPU needs; the same code runs on the CPU)
     bf16: bool | None = None  # bf16 autocast (log-probs stay fp32); None: on CUDA when supported; True: also on CPU
     attn_implementation: str | None = None  # "eager" / "sdpa"; None: the model's own setting

