@@ -46,13 +46,14 @@ Not matched (each library does it its own way):
   current.detach() when gradient_accumulation_steps is a multiple of steps_per_generation x
   num_iterations; the lab: the same rule).
 - Reference model: at beta = 0 TRL builds none; the lab keeps a frozen copy and, for its KL metric
-  only, runs it on `kl_metric_samples` (64) of the 256 completions every step: lab overhead.
+  only, runs it on `kl_metric_samples` (32, one per prompt) of the 256 completions every step:
+  lab overhead.
 - Teacher-forced forward: the lab computes each distinct prompt once and shares its keys and values
   with its G completions; TRL runs the whole prompt + completion row for each completion.
 - Log-probs: TRL patches the model with a fused, tiled LM head (log-probs and entropy without the full
   logits); the lab takes a float32 log-softmax of the (N, T, vocab) logits (a vocabulary of 58).
-- Optimiser implementation: TRL's default `adamw_torch_fused`; the lab's `torch.optim.AdamW`
-  (foreach). Same update rule.
+- Optimiser implementation: TRL's default `adamw_torch_fused`; the lab's `torch.optim.AdamW`, fused
+  where torch has it. Same update rule.
 - Bookkeeping: TRL computes its metrics every step (entropy, clip ratios, reward stats) and logs every
   `logging_steps` (10, its default); the lab computes its history row every step (entropy, KL, clip
   fractions, the per-step distributions its live plots show), snapshots the weights and optimiser
