@@ -174,3 +174,22 @@ def test_attention_with_padded_softmax_equals_the_formula(keys):
     expected = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1) @ v.repeat_interleave(H // K, 1)
     scale = v.abs().max().item()
     torch.testing.assert_close(grouped_attention(q, k, v, mask), expected, rtol=0, atol=SIGMAS * keys * EPS32 * scale)
+
+
+def test_distinct_rows_maps_back_to_every_row():
+    """distinct_rows against torch.unique(dim=0): the same set of rows, and distinct[inverse] == rows;
+    also when two different rows are forced to share a key (the exact check must catch it)."""
+    from rlhf_lab.rl.rollout import distinct_rows
+
+    g = torch.Generator().manual_seed(2)
+    base = torch.randint(0, 58, (12, 9), generator=g)
+    rows = base[torch.randint(0, 12, (64,), generator=g)]
+    distinct, inverse = distinct_rows(rows)
+    assert torch.equal(distinct[inverse], rows)
+    reference = torch.unique(rows, dim=0)
+    assert len(distinct) == len(reference) and torch.equal(torch.unique(distinct, dim=0), reference)
+    # rows (w_1, 0) and (0, w_0) share the key w_0 w_1: only the exact check tells them apart
+    w = (torch.arange(1, 3) * 2654435761) % (1 << 31) | 1
+    clash = torch.tensor([[int(w[1]), 0], [0, int(w[0])], [int(w[1]), 0]])
+    distinct, inverse = distinct_rows(clash)
+    assert torch.equal(distinct[inverse], clash) and len(distinct) == 2

@@ -263,7 +263,7 @@ def completion_logits(model, rollout: Rollout, temperature: float = 1.0, share_p
     recompute = getattr(model, "gradient_checkpointing", False) and torch.is_grad_enabled()
     if share_prompts and not recompute:  # checkpointing recomputes layers without a cache
         prompts = torch.cat([rollout.input_ids[:, :P], rollout.attention_mask[:, :P]], dim=1)  # (N, 2P)
-        unique, row_prompt = torch.unique(prompts, dim=0, return_inverse=True)  # (U, 2P), (N,)
+        unique, row_prompt = distinct_rows(prompts)  # (U, 2P), (N,)
         if len(unique) < len(rollout):
             logits, values = shared_prompt_forward(model, rollout, unique[:, :P], unique[:, P:], row_prompt)
             return logits.float() / temperature, values
@@ -273,6 +273,26 @@ def completion_logits(model, rollout: Rollout, temperature: float = 1.0, share_p
     logits = out.logits.float() / temperature  # (N, T, V)
     values = out.values[:, P - 1 : P - 1 + T] if out.values is not None else None
     return logits, values
+
+
+def distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(distinct (U, W), inverse (N,)) of an integer matrix's rows: distinct[inverse] == rows, as
+    torch.unique(rows, dim=0, return_inverse=True) gives (whose CPU kernel compares rows one pair at a
+    time: ~1,500 small ops for 256 rows), up to the order of the distinct rows.
+
+    Each row is summarised by one integer key, sum_j rows[:, j] * w_j with fixed odd weights, the keys
+    made unique in one call, and the result checked exactly (distinct[inverse] == rows); should two
+    different rows ever share a key, the check fails and torch.unique's row comparison answers."""
+    n, width = rows.shape
+    weights = (torch.arange(1, width + 1, device=rows.device) * 2654435761) % (1 << 31) | 1  # Knuth's multiplier
+    keys, inverse = torch.unique((rows.long() * weights).sum(1), return_inverse=True)  # (U,), (N,)
+    # each key's first row stands for it
+    first = torch.full((len(keys),), n, device=rows.device).scatter_reduce_(
+        0, inverse, torch.arange(n, device=rows.device), "amin")
+    distinct = rows[first]
+    if torch.equal(distinct[inverse], rows):
+        return distinct, inverse
+    return torch.unique(rows, dim=0, return_inverse=True)
 
 
 def shared_prompt_forward(model, rollout: Rollout, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
@@ -291,12 +311,14 @@ def shared_prompt_forward(model, rollout: Rollout, prompt_ids: torch.Tensor, pro
     T = rollout.completion_ids.shape[1]
     prefix = DynamicCache()
     head = model(prompt_ids, attention_mask=prompt_mask, cache=prefix, num_logits_to_keep=1)
-    logits = head.logits[row_prompt]  # (N, 1, V): predicts completion token 0
-    values = head.values[row_prompt, -1:] if head.values is not None else None
+    # index_select rather than [row_prompt]: the same rows, and a backward that adds each row's gradient
+    # into its prompt with index_add (~2.5x faster on the CPU than indexing's accumulating index_put)
+    logits = head.logits.index_select(0, row_prompt)  # (N, 1, V): predicts completion token 0
+    values = head.values.index_select(0, row_prompt)[:, -1:] if head.values is not None else None
     if T > 1:
         rows = DynamicCache()
-        rows.keys = [k[row_prompt] for k in prefix.keys]  # (N, K, P, D) per layer
-        rows.values = [v[row_prompt] for v in prefix.values]
+        rows.keys = [k.index_select(0, row_prompt) for k in prefix.keys]  # (N, K, P, D) per layer
+        rows.values = [v.index_select(0, row_prompt) for v in prefix.values]
         tail = model(rollout.completion_ids[:, : T - 1], attention_mask=rollout.attention_mask[:, :-1], cache=rows)
         logits = torch.cat([logits, tail.logits], dim=1)  # (N, T, V)
         if values is not None:
