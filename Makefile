@@ -15,7 +15,7 @@ ROOT_FLAG  := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 BIN        := $(VENV)/bin
 STAMP      := $(VENV)/.installed
 
-.PHONY: lab test install notebooks bench data checkpoints lint clean
+.PHONY: lab test install notebooks bench bench-trl data checkpoints lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,12 @@ notebooks: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/generation.py
 	$(BIN)/python bench/rl_race.py
+
+# The race against TRL's GRPOTrainer: installs the optional `bench` extra (trl) first.
+bench-trl: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
+	$(BIN)/python bench/trl_race.py --check
+	$(BIN)/python bench/trl_race.py --rounds 3 --budget 60
 
 data: $(STAMP)
 	$(BIN)/python -m rlhf_lab data
