@@ -23,6 +23,9 @@ i.e. the part of the time that is Python and op dispatch rather than arithmetic.
 CPU seconds of this process (steady on a shared machine; with 1 thread, equal to wall time when idle).
 """
 
+# The timed lambdas below are called at once, inside the loop iteration that defines them, so binding
+# the loop variables late (ruff B023) cannot pick up another iteration's values.
+# ruff: noqa: B023
 from __future__ import annotations
 
 import argparse
@@ -36,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from rlhf_lab.rl import Trainer, make_config
-from rlhf_lab.rl.rollout import policy_forward, score_completions
+from rlhf_lab.rl.rollout import score_completions
 from rlhf_lab.sampling import generate
 from rlhf_lab.sampling.processors import process_logits, sample_next_token
 
@@ -149,7 +152,7 @@ def main() -> None:
         flops[kl_rows] = (forward_flops(mc, min(U, sample), P, (P + 1) / 2, 1)
                                                           + forward_flops(mc, sample, T - 1, P + T / 2, T - 1))
         flops["update: forward"], flops["update: backward"] = fwd, 2 * fwd
-        for name, batch, store in (("", rollout, times), ("", rollout.select(torch.arange(1)), small)):
+        for batch, store in ((rollout, times), (rollout.select(torch.arange(1)), small)):
             seconds, policy_out = clock(lambda b=batch: trainer.policy_outputs(b, with_entropy=True))
             note("update: forward", seconds, store)
             batch.old_logprobs = policy_out.logprobs.detach()
