@@ -187,7 +187,12 @@ def test_paged_copy_on_write_isolates_children(model):
     for layer in range(model.config.num_hidden_layers):
         for got, want in zip(recorder.returned[layer], reference.returned[layer]):
             assert got.shape == (2, 2, 7, model.config.head_dim)
-            torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+            # Not bit for bit: the reference runs the prompt as a batch of 2, the paged cache as a batch
+            # of 1, and BLAS / the CPU softmax (padded under 16 keys) may add in another order per batch
+            # shape. A few dozen float32 ulps of the largest value along the chain (embeddings, two
+            # layers' matmuls and softmax, all O(1) or less) bound that on any CPU and BLAS.
+            atol = 32 * torch.finfo(torch.float32).eps * (1.0 + want.abs().max().item())
+            torch.testing.assert_close(got, want, atol=atol, rtol=0)
         assert not torch.allclose(recorder.returned[layer][0][0, :, 6], recorder.returned[layer][0][1, :, 6])
 
     child0, child1 = cache.block_table_rows()
