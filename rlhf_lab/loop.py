@@ -1,4 +1,4 @@
-"""`TrainingLoop`: what the SFT trainer and the RL trainer share, so each holds only its own step.
+"""`TrainingLoop`: what the SFT, reward-model, DPO and RL trainers share, so each holds only its own step.
 
     train(steps=None, time_budget=None)
         row 0 = the model before training (held-out accuracy), once
@@ -248,21 +248,28 @@ def restore_optimizer(optimizer: torch.optim.Optimizer, snapshot) -> None:
 
 
 class SupervisedLoop(TrainingLoop):
-    """A `TrainingLoop` over `model`, `optimizer` and a `batch_generator` (SFT, the reward model):
+    """A `TrainingLoop` over `model`, `optimizer` and a `batch_generator` (SFT, the reward model, DPO):
     the optimiser and bookkeeping they share (`start`), what a step changes (weights, optimiser state,
-    batch order), the warm-up + cosine schedule of `config.learning_rate` over `config.steps`, and a
-    pandas `history` whose first columns are `history_columns`."""
+    the state of every generator in `state_generators()`), the learning-rate schedule of
+    `config.learning_rate` (warm-up, then `lr_schedule` over `config.steps`), and a pandas `history`
+    whose first columns are `history_columns`.
+
+    A subclass may set `adam_betas` and `lr_schedule` (DPO keeps the RL trainer's (0.9, 0.99) and a
+    constant rate), and add generators to `state_generators()` (DPO's online sampling)."""
+
+    adam_betas: tuple[float, float] = (0.9, 0.98)
+    lr_schedule: str = "cosine"  # rlhf_lab.schedule.SCHEDULES
 
     def start(self, callbacks=()) -> None:
-        """AdamW over `self.model` (config.learning_rate, config.weight_decay), the batch-order RNG
-        (config.seed) and empty bookkeeping. Call at the end of __init__, once `model` is set."""
+        """AdamW over `self.model` (config.learning_rate, config.weight_decay, `adam_betas`), the
+        batch-order RNG (config.seed) and empty bookkeeping. Call at the end of __init__, once `model` is set."""
         c = self.config
         # No weight decay on gains (RMSNorm weights, 1-D): shrinking them towards 0 is not regularisation.
         decay = [p for p in self.model.parameters() if p.dim() >= 2]
         no_decay = [p for p in self.model.parameters() if p.dim() < 2]
         self.optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": c.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=c.learning_rate, betas=(0.9, 0.98))
+            lr=c.learning_rate, betas=self.adam_betas)
         self.batch_generator = torch.Generator().manual_seed(c.seed)  # batch order
         self.init_loop(callbacks)
 
@@ -273,18 +280,21 @@ class SupervisedLoop(TrainingLoop):
         return {"batch": self.batch_generator}
 
     def _snapshot(self):
-        return clone_state(self.model.state_dict()), optimizer_snapshot(self.optimizer), self.batch_generator.get_state()
+        generators = {name: g.get_state() for name, g in self.state_generators().items()}
+        return clone_state(self.model.state_dict()), optimizer_snapshot(self.optimizer), generators
 
     def _restore(self, snapshot) -> None:
-        weights, optimizer_state, generator_state = snapshot
+        weights, optimizer_state, generator_states = snapshot
         self.model.load_state_dict(weights)
         restore_optimizer(self.optimizer, optimizer_state)
-        self.batch_generator.set_state(generator_state)
+        for name, generator in self.state_generators().items():
+            generator.set_state(generator_states[name])
 
     def set_learning_rate(self, step: int) -> float:
         """Set (and return) the learning rate of 1-based optimiser step `step`."""
         c = self.config
-        lr = learning_rate_at(step, c.learning_rate, c.warmup_steps, c.steps, schedule="cosine")
+        total_steps = c.steps if self.lr_schedule == "cosine" else None  # a constant rate needs no end
+        lr = learning_rate_at(step, c.learning_rate, c.warmup_steps, total_steps, schedule=self.lr_schedule)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return lr

@@ -275,12 +275,30 @@ def test_flipped_dpo_does_not_improve_and_dpo_does():
 
 
 def test_sampled_kl_and_greedy_scores():
-    from rlhf_lab.preferences import greedy_scores, sampled_kl
+    from rlhf_lab.preferences import greedy_scores, sampled_kl, sequence_kl
+    from rlhf_lab.rl import sample_and_score
+    from rlhf_lab.sampling import SamplingConfig
 
     trainer = tiny_trainer()
     examples = trainer.eval_examples
     same = sampled_kl(trainer.model, trainer.ref_model, TOKENIZER, trainer.task, examples, num_generations=2)
     assert same.shape == (len(examples),) and torch.equal(same, torch.zeros_like(same)), "KL(pi || pi) must be 0"
+    trainer.train(steps=2)
+    budget = trainer.max_completion_length
+    moved = sampled_kl(trainer.model, trainer.ref_model, TOKENIZER, trainer.task, examples, num_generations=2,
+                       max_new_tokens=budget, seed=5)
+    assert trainer.model.training, "sampled_kl must leave the policy in the mode it found it"
+    # One implementation of the KL: the per-prompt mean of sequence_kl on the same seeded samples.
+    trainer.model.eval()
+    with torch.no_grad():
+        rollout = sample_and_score(trainer.model, TOKENIZER, examples, 2, SamplingConfig(max_new_tokens=budget),
+                                   lambda *args: 0.0, trainer.task, torch.Generator().manual_seed(5))
+        expected = sequence_kl(trainer.model, trainer.ref_model, rollout).view(-1, 2).mean(1)
+    trainer.model.train()
+    assert torch.equal(moved, expected)
+    # The exact per-token KL is >= 0; float32 rounding of sum_v p (log p - log q) over a 58-token
+    # vocabulary and a few completion tokens can leave a few ulps of a value of order 1 below zero, no more.
+    assert (moved >= -64 * torch.finfo(torch.float32).eps).all() and moved.sum() > 0, "two steps moved pi"
     correct, rewards = greedy_scores(trainer.model, TOKENIZER, trainer.task, examples,
                                      lambda prompt, completion, answer, finished: float(len(completion)))
     assert correct.shape == rewards.shape == (len(examples),)

@@ -44,13 +44,13 @@ import torch.nn.functional as F
 
 from ..device import autocast, pick_device
 from ..evaluate import completion_budget, greedy_accuracy
-from ..loop import TrainingLoop, backward_and_step, clone_state, optimizer_snapshot, restore_optimizer
+from ..loop import SupervisedLoop, backward_and_step
 from ..rl.rollout import Rollout, encode_rollout, policy_forward, sample_and_score
 from ..sampling import SamplingConfig
-from ..schedule import learning_rate_at
 from ..tasks import TASKS, get_task
 from ..tasks.jsonl import SPLIT_N_TRAIN
 from ..validation import check_bool, check_choice, check_number, check_optional
+from .overoptimization import sequence_kl
 
 LOSS_TYPES = ("sigmoid", "ipo")  # TRL's names: "sigmoid" is DPO's loss
 
@@ -174,11 +174,11 @@ def greedy_scores(model, tokenizer, task, examples: Sequence, reward_fn, max_new
 @torch.no_grad()
 def sampled_kl(policy, ref_model, tokenizer, task, examples: Sequence, num_generations: int = 4,
                temperature: float = 1.0, max_new_tokens: int | None = None, seed: int = 0) -> torch.Tensor:
-    """KL(pi || pi_ref) per prompt, (len(examples),) in nats per completion: the mean over
-    `num_generations` samples y ~ pi of log pi(y|x) - log pi_ref(y|x) (the k1 estimator, unbiased;
-    a single value can be negative). How far DPO moved the policy, the quantity beta prices.
-    `overoptimization.sequence_kl` estimates the same KL with lower variance (exact per-token sums);
-    this k1 form is kept because notebook 12's committed numbers were measured with it."""
+    """KL(pi || pi_ref) per prompt, (len(examples),) in nats per completion: how far DPO moved the
+    policy, the quantity beta prices. `num_generations` fresh samples y ~ pi per prompt (eval mode, a
+    generator seeded with `seed`), each scored by `overoptimization.sequence_kl` (the exact next-token
+    KL summed along the sampled path: never negative, and less noisy than log pi(y) - log pi_ref(y)),
+    averaged per prompt. Take the standard error over prompts: the samples of a prompt are correlated."""
     sampling = SamplingConfig(do_sample=True, temperature=temperature,
                               max_new_tokens=max_new_tokens or completion_budget(examples))
     was_training = policy.training
@@ -186,10 +186,10 @@ def sampled_kl(policy, ref_model, tokenizer, task, examples: Sequence, num_gener
     try:
         rollout = sample_and_score(policy, tokenizer, examples, num_generations, sampling, lambda *args: 0.0, task,
                                    torch.Generator(policy.device).manual_seed(seed))
-        log_ratio = sequence_logprobs(policy, rollout, 256) - sequence_logprobs(ref_model, rollout, 256)
+        kl = sequence_kl(policy, ref_model, rollout, temperature)
     finally:
         policy.train(was_training)
-    return log_ratio.view(-1, num_generations).mean(1).cpu()
+    return kl.view(-1, num_generations).mean(1).cpu()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -217,7 +217,7 @@ class DPOConfig:
     batch_size: int = 32  # pairs per step (online: prompts per step, two samples each)
     learning_rate: float = 1e-4
     warmup_steps: int = 0
-    weight_decay: float = 0.0
+    weight_decay: float = 0.0  # AdamW's, on weight matrices only (not on the RMSNorm gains), as SFT
     max_grad_norm: float = 1.0
     # --- schedule and bookkeeping
     steps: int = 100
@@ -257,7 +257,7 @@ HISTORY_COLUMNS = (
 )
 
 
-class DPOTrainer(TrainingLoop):
+class DPOTrainer(SupervisedLoop):
     """DPO / IPO fine-tuning of `model` (default: `config.init_checkpoint`) on preference pairs.
 
     Args:
@@ -283,6 +283,10 @@ class DPOTrainer(TrainingLoop):
 
     dashboard_kind = "dpo"  # LiveDashboard draws the DPO panels for this trainer
     history_columns = HISTORY_COLUMNS
+    # The optimiser, checkpointing and NaN handling are SupervisedLoop's (as SFT's and the reward
+    # model's); DPO keeps the RL trainer's AdamW betas and a constant rate after the warm-up.
+    adam_betas = (0.9, 0.99)
+    lr_schedule = "constant"
 
     def __init__(self, config: DPOConfig, model=None, tokenizer=None, pairs: Sequence | None = None, judge=None,
                  gold_fn=None, eval_pairs: Sequence | None = None, train_examples: Sequence | None = None,
@@ -320,11 +324,8 @@ class DPOTrainer(TrainingLoop):
         if self.eval_pairs:
             self.eval_rollout = encode_pairs(tokenizer, self.eval_pairs, self.device)
             self.eval_ref_logps = self.reference_logprobs(self.eval_rollout)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate,
-                                           weight_decay=config.weight_decay, betas=(0.9, 0.99))
-        self.batch_generator = torch.Generator().manual_seed(config.seed)  # pair order / online prompts
         self.sample_generator = torch.Generator(self.device).manual_seed(config.seed)  # online samples
-        self.init_loop(callbacks)
+        self.start(callbacks)  # AdamW, the batch-order generator (pairs / online prompts), bookkeeping
 
     # ------------------------------------------------------------------------------------------
     # Public API
@@ -425,31 +426,18 @@ class DPOTrainer(TrainingLoop):
         pairs = samples.select(torch.cat([chosen, rejected]))
         return pairs, self.reference_logprobs(pairs)
 
-    # what `save_state` / `resume` keep (pi_ref and its log-probs are rebuilt from the same config), and
-    # the weights checked for NaN after every step
+    # what `save_state` / `resume` keep and a failed step restores (pi_ref and its log-probs are rebuilt
+    # from the same config), and the weights checked for NaN after every step
     def state_modules(self) -> dict[str, torch.nn.Module]:
         return {"policy": self.model}
 
     def state_generators(self) -> dict[str, torch.Generator]:
         return {"batch": self.batch_generator, "sample": self.sample_generator}
 
-    def _snapshot(self):
-        return (clone_state(self.model.state_dict()), optimizer_snapshot(self.optimizer),
-                self.batch_generator.get_state(), self.sample_generator.get_state())
-
-    def _restore(self, snapshot) -> None:
-        weights, optimizer, batch_state, sample_state = snapshot
-        self.model.load_state_dict(weights)
-        restore_optimizer(self.optimizer, optimizer)
-        self.batch_generator.set_state(batch_state)
-        self.sample_generator.set_state(sample_state)
-
     def _step(self) -> dict:
         c = self.config
         step = self.step + 1
-        lr = learning_rate_at(step, c.learning_rate, c.warmup_steps)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        lr = self.set_learning_rate(step)
         t0 = time.perf_counter()
         batch, ref_logps = self.online_batch() if c.online else self.offline_batch()
         B = len(batch) // 2
