@@ -275,6 +275,7 @@ def test_flipped_dpo_does_not_improve_and_dpo_does():
 
 
 def test_sampled_kl_and_greedy_scores():
+    from rlhf_lab.evaluate import greedy_accuracy
     from rlhf_lab.preferences import greedy_scores, sampled_kl, sequence_kl
     from rlhf_lab.rl import sample_and_score
     from rlhf_lab.sampling import SamplingConfig
@@ -299,7 +300,12 @@ def test_sampled_kl_and_greedy_scores():
     # The exact per-token KL is >= 0; float32 rounding of sum_v p (log p - log q) over a 58-token
     # vocabulary and a few completion tokens can leave a few ulps of a value of order 1 below zero, no more.
     assert (moved >= -64 * torch.finfo(torch.float32).eps).all() and moved.sum() > 0, "two steps moved pi"
-    correct, rewards = greedy_scores(trainer.model, TOKENIZER, trainer.task, examples,
-                                     lambda prompt, completion, answer, finished: float(len(completion)))
+    length = lambda prompt, completion, answer, finished: float(len(completion))  # noqa: E731
+    correct, rewards = greedy_scores(trainer.model, TOKENIZER, trainer.task, examples, length)
     assert correct.shape == rewards.shape == (len(examples),)
     assert trainer.evaluate() == pytest.approx(correct.mean().item())  # the same greedy completions
+    _, texts = greedy_accuracy(trainer.model, TOKENIZER, trainer.task, examples, return_completions=True)
+    *same_scores, same_texts = greedy_scores(trainer.model, TOKENIZER, trainer.task, examples, length,
+                                             return_completions=True)
+    assert same_texts == texts and torch.equal(same_scores[0], correct) and torch.equal(same_scores[1], rewards)
+    assert torch.equal(rewards, torch.tensor([float(len(t)) for t in texts]))  # each score is its own text's

@@ -157,10 +157,12 @@ def sequence_logprobs(model, rollout: Rollout, chunk_size: int | None = None) ->
 
 
 @torch.no_grad()
-def greedy_scores(model, tokenizer, task, examples: Sequence, reward_fn, max_new_tokens: int | None = None
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+def greedy_scores(model, tokenizer, task, examples: Sequence, reward_fn, max_new_tokens: int | None = None,
+                  return_completions: bool = False):
     """(exact match (N,) 0/1, `reward_fn` (N,)) of `model`'s greedy completions of `examples`, from one
-    generation: the held-out gold metric of any policy (DPO's, or an RL `Trainer.policy`)."""
+    generation: the held-out gold metric of any policy (DPO's, or an RL `Trainer.policy`). With
+    return_completions=True also the completions' texts (as `greedy_accuracy` returns them), so one
+    generation serves every measurement of the same answers."""
     greedy = SamplingConfig(do_sample=False, max_new_tokens=max_new_tokens or completion_budget(examples))
     was_training = model.training
     model.eval()
@@ -168,7 +170,10 @@ def greedy_scores(model, tokenizer, task, examples: Sequence, reward_fn, max_new
         rollout = sample_and_score(model, tokenizer, examples, 1, greedy, reward_fn, task)
     finally:
         model.train(was_training)
-    return rollout.correct.cpu(), rollout.rewards.cpu()
+    scores = rollout.correct.cpu(), rollout.rewards.cpu()
+    if not return_completions:
+        return scores
+    return (*scores, [tokenizer.decode_until_eos(row)[0] for row in rollout.completion_ids.tolist()])
 
 
 @torch.no_grad()
