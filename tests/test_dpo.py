@@ -118,6 +118,11 @@ def test_label_smoothing_is_refused_for_ipo():
 PAIRS = [("12+34=", "64", "65"), ("50+21=", "17", "71"), ("99+1=", "001", "0001"), ("7+8=", "51", "5")]
 
 
+def longer(prompt, completion, answer, finished) -> float:
+    """A judge for online DPO that prefers the longer completion (equal lengths tie)."""
+    return float(len(completion))
+
+
 def tiny_trainer(pairs=PAIRS, judge=None, **overrides) -> DPOTrainer:
     model = tiny_model(seed=0)
     settings = dict(task_params={"digits": 2}, n_train=64, n_test=8, eval_examples=8, batch_size=4, steps=1,
@@ -175,7 +180,6 @@ def test_ipo_averages_log_probs_over_completion_tokens():
 
 def test_online_pairs_are_sampled_and_ordered_by_the_judge():
     """Online DPO: of two samples the judge's higher-scored is the chosen one; equal scores are dropped."""
-    longer = lambda prompt, completion, answer, finished: float(len(completion))  # noqa: E731
     with pytest.raises(ValueError, match="judge is required"):
         tiny_trainer(pairs=None, online=True)
     trainer = tiny_trainer(pairs=None, judge=longer, online=True, batch_size=8)
@@ -197,6 +201,42 @@ def test_resume_continues_exactly(tmp_path):
     first.save_state(tmp_path / "state")
     resumed = tiny_trainer(steps=4, eval_every=2).resume(tmp_path / "state").train(steps=2)
     pd.testing.assert_frame_equal(resumed.drop(columns=drop, errors="ignore"), straight)
+
+
+def test_optimiser_is_supervised_loops_with_dpos_betas_and_constant_rate():
+    """SupervisedLoop's AdamW (no weight decay on 1-D gains) with the RL trainer's betas, and a linear
+    warm-up to a constant rate (TRL's default scheduler is linear decay; the lab keeps it constant)."""
+    trainer = tiny_trainer(warmup_steps=2, steps=4, weight_decay=0.1)
+    assert [group["betas"] for group in trainer.optimizer.param_groups] == [(0.9, 0.99)] * 2
+    assert [group["weight_decay"] for group in trainer.optimizer.param_groups] == [0.1, 0.0]
+    assert all(p.dim() < 2 for p in trainer.optimizer.param_groups[1]["params"])
+    history = trainer.train()
+    assert history["lr"].tolist()[1:] == [0.5e-3, 1e-3, 1e-3, 1e-3]
+
+
+def test_a_non_finite_step_leaves_no_trace(monkeypatch):
+    """A NaN loss stops online DPO with the weights, AdamW state and both generators (prompt order and
+    online samples) as after the last good step (SupervisedLoop's snapshot); training on then gives the
+    uninterrupted run row for row. Fails if a generator the step drew from is not restored."""
+    from rlhf_lab.preferences import dpo as dpo_module
+
+    drop = ["wall_time", "step_time"]
+    settings = dict(pairs=None, judge=longer, online=True, batch_size=8, steps=4)
+    expected = tiny_trainer(**settings).train().drop(columns=drop)
+    real_loss, calls = dpo_module.dpo_loss, []
+
+    def explodes_once(*args, **kwargs):
+        calls.append(1)
+        loss = real_loss(*args, **kwargs)
+        return loss * math.nan if len(calls) == 3 else loss
+
+    monkeypatch.setattr(dpo_module, "dpo_loss", explodes_once)
+    trainer = tiny_trainer(**settings)
+    with pytest.warns(RuntimeWarning, match="DPO loss became nan"):
+        trainer.train()
+    assert trainer.stop_reason == "non_finite" and trainer.step < 4
+    resumed = trainer.train(steps=4 - trainer.step).drop(columns=drop)
+    pd.testing.assert_frame_equal(resumed, expected)
 
 
 def test_trainer_needs_pairs_offline():
@@ -300,12 +340,11 @@ def test_sampled_kl_and_greedy_scores():
     # The exact per-token KL is >= 0; float32 rounding of sum_v p (log p - log q) over a 58-token
     # vocabulary and a few completion tokens can leave a few ulps of a value of order 1 below zero, no more.
     assert (moved >= -64 * torch.finfo(torch.float32).eps).all() and moved.sum() > 0, "two steps moved pi"
-    length = lambda prompt, completion, answer, finished: float(len(completion))  # noqa: E731
-    correct, rewards = greedy_scores(trainer.model, TOKENIZER, trainer.task, examples, length)
+    correct, rewards = greedy_scores(trainer.model, TOKENIZER, trainer.task, examples, longer)
     assert correct.shape == rewards.shape == (len(examples),)
     assert trainer.evaluate() == pytest.approx(correct.mean().item())  # the same greedy completions
     _, texts = greedy_accuracy(trainer.model, TOKENIZER, trainer.task, examples, return_completions=True)
-    *same_scores, same_texts = greedy_scores(trainer.model, TOKENIZER, trainer.task, examples, length,
+    *same_scores, same_texts = greedy_scores(trainer.model, TOKENIZER, trainer.task, examples, longer,
                                              return_completions=True)
     assert same_texts == texts and torch.equal(same_scores[0], correct) and torch.equal(same_scores[1], rewards)
     assert torch.equal(rewards, torch.tensor([float(len(t)) for t in texts]))  # each score is its own text's
