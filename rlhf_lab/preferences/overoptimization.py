@@ -27,7 +27,8 @@ The two ways to optimise:
 
 Rewards follow the lab's contract (`rlhf_lab.rl.score_completions`): a callable
 (prompt, completion, answer, finished) -> float, or an object with `score_batch(...)` (a reward
-model scores the whole batch in one forward).
+model scores the whole batch in one forward). A reward designed from parts, a reward model plus
+rules, is a `rlhf_lab.tasks.WeightedReward` (each part scored in one batch).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from ..sampling import SamplingConfig
 from ..validation import check_choice, check_number
 
 __all__ = [
-    "FIT_FORMS", "BestOfNPool", "GaoFit", "GoldEarlyStopping", "PolicyMeasurement", "RewardSum", "RewardTracker",
+    "FIT_FORMS", "BestOfNPool", "GaoFit", "GoldEarlyStopping", "PolicyMeasurement", "RewardTracker",
     "StepTimeBreakdown", "TimedReward", "best_of_n", "best_of_n_curve", "best_of_n_kl", "best_of_n_kl_bound", "best_of_n_pool",
     "completion_texts", "fit_gao", "measure_policy", "sample_proxy_and_gold", "sampled_best_of_n_kl", "sequence_kl",
 ]
@@ -491,34 +492,6 @@ class TimedReward:
         self.calls += 1
         self.completions += len(completions)
         return values
-
-
-class RewardSum:
-    """A reward designed from parts (interview Q24): sum_k weight_k * part_k(prompt, completion, answer,
-    finished), each part a per-completion callable or a reward model with `score_batch` (scored in
-    one batch). `rl.Trainer(config, reward_fn=RewardSum({"preference": (rm, 1.0), "length": (rule, -0.1)}))`.
-    The KL regulariser is not a part: the algorithm adds it (PPO in the reward, GRPO in the loss).
-    For rules only (per-completion functions) `rlhf_lab.tasks.rewards.WeightedReward` is the same sum;
-    this one exists because a reward model must be scored in one batch."""
-
-    def __init__(self, parts: dict) -> None:
-        if not parts:
-            raise ValueError("parts must name at least one (reward, weight)")
-        for name, part in parts.items():
-            if not (isinstance(part, tuple) and len(part) == 2):
-                raise ValueError(f"parts[{name!r}] must be a (reward, weight) tuple, got {part!r}")
-            check_number(f"weight of {name!r}", part[1])
-        self.parts = dict(parts)
-        self.__qualname__ = f"RewardSum({', '.join(self.parts)})"
-
-    def part_scores(self, prompts, completions, answers, finished) -> dict[str, torch.Tensor]:
-        """{name: (N,) unweighted scores of that part}."""
-        return {name: score_completions(reward, prompts, completions, answers, finished)
-                for name, (reward, _) in self.parts.items()}
-
-    def score_batch(self, prompts, completions, answers, finished) -> torch.Tensor:
-        scores = self.part_scores(prompts, completions, answers, finished)
-        return sum(self.parts[name][1] * value for name, value in scores.items())  # sum_k w_k r_k
 
 
 class StepTimeBreakdown(Callback):
