@@ -181,6 +181,13 @@ def test_tracker_and_timer_record_through_the_public_pipeline():
     assert np.allclose(history["d"], np.sqrt(history["kl"]))
     # the proxy the tracker reports is the trainer's reward: partial credit >= exact match
     assert (history["proxy"] >= history["gold"] - 1e-12).all()
+    # the paired change is the mean of per-completion differences on the same prompts: the difference of the
+    # two means (gold in [0, 1], float64 sums of 8 values: rounding ~1e-15, hence 1e-12)
+    change, se = tracker.gold_change(0, 2)
+    assert change == pytest.approx(history.loc[2, "gold"] - history.loc[0, "gold"], abs=1e-12)
+    assert len(tracker.gold_scores[2]) == 4 * 2 and se >= 0
+    with pytest.raises(ValueError, match="step 7"):
+        tracker.gold_change(0, 7)
     assert timed.calls == 2 and timed.completions == 2 * 16
     times = breakdown.history
     assert len(times) == 2 and (times["reward_scoring"] > 0).all()

@@ -174,6 +174,7 @@ class PolicyMeasurement:
     finished: float  # fraction that emitted EOS
     completions: list[str] = field(repr=False, default_factory=list)  # (N,) prompt-major
     prompts: list[str] = field(repr=False, default_factory=list)
+    gold_scores: torch.Tensor = field(repr=False, default_factory=lambda: torch.zeros(0))  # (N,) each completion's gold
 
     @property
     def d(self) -> float:
@@ -229,7 +230,7 @@ def measure_policy(policy, ref_model, tokenizer, task, examples: Sequence, proxy
     return PolicyMeasurement(
         kl=kl_mean, kl_se=kl_se, proxy=proxy_mean, proxy_se=proxy_se, gold=gold_mean, gold_se=gold_se,
         accuracy=float(rollout.correct.mean()), length=float(rollout.lengths.float().mean()),
-        finished=float(rollout.finished.float().mean()), completions=texts, prompts=prompts,
+        finished=float(rollout.finished.float().mean()), completions=texts, prompts=prompts, gold_scores=gold_scores,
     )
 
 
@@ -411,6 +412,7 @@ class RewardTracker(Callback):
         self.num_prompts, self.num_generations, self.every, self.seed = num_prompts, num_generations, every, seed
         self.rows: list[dict] = []
         self.completions: dict[int, list[str]] = {}  # step -> the completions measured there
+        self.gold_scores: dict[int, torch.Tensor] = {}  # step -> (N,) their gold scores, prompt-major
 
     def measure(self, trainer) -> PolicyMeasurement:
         examples = self.examples if self.examples is not None else trainer.test_examples[: self.num_prompts]
@@ -423,7 +425,18 @@ class RewardTracker(Callback):
                                 self.seed)
         self.rows.append({"step": trainer.step, **result.row()})
         self.completions[trainer.step] = result.completions
+        self.gold_scores[trainer.step] = result.gold_scores
         return result
+
+    def gold_change(self, from_step: int, to_step: int) -> tuple[float, float]:
+        """Gold at `to_step` minus gold at `from_step`, with its paired standard error: both were
+        measured on the same prompts (and sampling seed), so the per-prompt differences are the
+        independent units, and what the prompts have in common (easy or hard sums) cancels."""
+        for step in (from_step, to_step):
+            if step not in self.gold_scores:
+                raise ValueError(f"no measurement at step {step}; measured steps: {sorted(self.gold_scores)}")
+        change = self.gold_scores[to_step].double() - self.gold_scores[from_step].double()
+        return _mean_and_se(change, change.numel() // self.num_generations)  # prompt-major: G samples per prompt
 
     def on_train_begin(self, trainer) -> None:
         if not self.rows or self.rows[-1]["step"] != trainer.step:
