@@ -187,8 +187,9 @@ def main() -> None:
             model = probe_trainer.model
         trainer = RewardTrainer(RewardConfig(eval_every=0, seed=0, **settings), model=model)
         trainer.train()
+        measured = measure(name, trainer.model, probe, args)
         seconds = round(time.perf_counter() - start)
-        rows += [{**row, "seconds": seconds} for row in measure(name, trainer.model, probe, args)]
+        rows += [{**row, "seconds": seconds} for row in measured]
         print(rows[-1], flush=True)
     table = pd.DataFrame(rows)
     out = Path(__file__).parent / "results"
