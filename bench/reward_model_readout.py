@@ -4,6 +4,8 @@
     python bench/reward_model_readout.py --rl-steps 0   # without the RL runs
     python bench/reward_model_readout.py --rl-steps 100 --prompts-per-step 32 --only "gold reward itself" \
         "loglik, trunk lr 2e-4" "loglik, frozen trunk"     # GRPO's default batch, for 100 steps
+    python bench/reward_model_readout.py --rl-steps 400 --prompts-per-step 32 --measure-prompts 96 \
+        --measure-every 20 --rl-seeds 0 1 2 --only "loglik, frozen, verbose_c labels"   # three GRPO seeds
 
 For each reward-model variant (trained on the shipped preference pairs, seed 0), on held-out data:
 
@@ -15,9 +17,10 @@ For each reward-model variant (trained on the shipped preference pairs, seed 0),
   random digits above the right answer (the gold never does: `verbosity_probe`);
 - best-of-n from the RL starting policy (64 held-out prompts x 64 samples): the gold gain over n = 1
   at n = 2, 8, 32 with its paired standard error;
-- GRPO against it (`--rl-steps`, `--prompts-per-step` prompts x 8 samples, lr 2e-4, beta 0, seed 0):
-  gold on 48 held-out prompts x 4 samples at the start, the best measurement, and the end. The row
-  "gold reward itself" optimises the gold directly: the most any proxy could give in that budget.
+- GRPO against it (`--rl-steps`, `--prompts-per-step` prompts x 8 samples, lr 2e-4, beta 0, seed 0 or
+  `--rl-seeds`): gold on `--measure-prompts` (48) held-out prompts x 4 samples every `--measure-every`
+  (10) steps; the start, the best measurement, and the end. The row "gold reward itself" optimises the
+  gold directly: the most any proxy could give in that budget.
 
 Variants: the last-token readout (InstructGPT's) on the majority labels and, as a ceiling for that
 readout, on the gold labels; the "last_token+loglik" readout with the trunk trained at two learning
@@ -106,22 +109,27 @@ def policy_auc(reward_model, policy, tokenizer, task, examples, samples: int = 8
     return wins / max(total, 1), int(total)
 
 
-def rl_row(reward, rl_steps: int, prompts_per_step: int) -> dict:
-    """GRPO against `reward` from the RL starting checkpoint; gold, proxy and d measured every 10 steps."""
+def rl_row(reward, rl_steps: int, prompts_per_step: int, measure_prompts: int = 48, measure_every: int = 10,
+           seed: int = 0) -> dict:
+    """GRPO against `reward` from the RL starting checkpoint; gold, proxy and d measured on
+    `measure_prompts` held-out prompts every `measure_every` steps."""
     settings = dict(steps=rl_steps, prompts_per_step=prompts_per_step, num_generations=8,
-                    max_completion_length=MAX_LENGTH, eval_every=0, learning_rate=2e-4, seed=0)
-    tracker = RewardTracker(gold_reward, num_prompts=48, every=10)
+                    max_completion_length=MAX_LENGTH, eval_every=0, learning_rate=2e-4, seed=seed)
+    tracker = RewardTracker(gold_reward, num_prompts=measure_prompts, every=measure_every)
     Trainer(make_config("grpo", settings), reward_fn=reward, callbacks=[tracker]).train()
     curve = tracker.history
-    print(curve[["step", "d", "proxy", "gold", "gold_se"]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"GRPO seed {seed}")
+    print(curve[["step", "d", "proxy", "gold", "gold_se", "length"]].to_string(index=False,
+                                                                               float_format=lambda v: f"{v:.3f}"))
     best = curve["gold"].idxmax()
-    return {"rl_gold_start": curve["gold"].iloc[0], "rl_gold_best": curve["gold"].max(),
+    return {"rl_seed": seed, "rl_gold_start": curve["gold"].iloc[0], "rl_gold_best": curve["gold"].max(),
             "rl_best_step": int(curve["step"][best]), "rl_gold_end": curve["gold"].iloc[-1],
             "rl_gold_se": curve["gold_se"].iloc[-1], "rl_proxy_start": curve["proxy"].iloc[0],
             "rl_proxy_end": curve["proxy"].iloc[-1], "rl_d_end": curve["d"].iloc[-1]}
 
 
-def measure(name: str, reward_model, probe: Trainer, rl_steps: int, prompts_per_step: int = 8) -> dict:
+def measure(name: str, reward_model, probe: Trainer, args) -> list[dict]:
+    """The offline measurements of `reward_model`, and one row per GRPO seed (`args.rl_seeds`)."""
     validation = load_preferences("validation")
     right_vs_wrong = [p for p in validation if (p.chosen == p.answer) != (p.rejected == p.answer)]
     auc, auc_pairs = policy_auc(reward_model, probe.policy, probe.tokenizer, probe.task, probe.test_examples[:100])
@@ -137,9 +145,10 @@ def measure(name: str, reward_model, probe: Trainer, rl_steps: int, prompts_per_
            "loglik_weight": reward_model.loglik_weight.item()}
     for n in (2, 8, 32):
         row[f"bon{n}_gain"], row[f"bon{n}_se"] = bon.loc[n, "gold_gain"], bon.loc[n, "gold_gain_se"]
-    if rl_steps:
-        row.update(rl_row(reward_model, rl_steps, prompts_per_step))
-    return row
+    if not args.rl_steps:
+        return [row]
+    return [{**row, **rl_row(reward_model, args.rl_steps, args.prompts_per_step, args.measure_prompts,
+                             args.measure_every, seed)} for seed in args.rl_seeds]
 
 
 def main() -> None:
@@ -147,6 +156,9 @@ def main() -> None:
     parser.add_argument("--rl-steps", type=int, default=60)
     parser.add_argument("--prompts-per-step", type=int, default=8)
     parser.add_argument("--only", nargs="*", default=None, help="variant names to run (default: all)")
+    parser.add_argument("--measure-prompts", type=int, default=48, help="held-out prompts (x 4 samples) for the gold")
+    parser.add_argument("--measure-every", type=int, default=10, help="GRPO steps between measurements")
+    parser.add_argument("--rl-seeds", type=int, nargs="*", default=[0], help="one GRPO run per seed")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -154,12 +166,14 @@ def main() -> None:
     rows = []
     wanted = lambda name: args.only is None or name in args.only  # noqa: E731
     if args.rl_steps and wanted("gold reward itself"):
-        rows.append({"variant": "gold reward itself", **rl_row(gold_reward, args.rl_steps, args.prompts_per_step)})
-        print(rows[-1], flush=True)
+        for seed in args.rl_seeds:
+            rows.append({"variant": "gold reward itself", **rl_row(gold_reward, args.rl_steps, args.prompts_per_step,
+                                                                   args.measure_prompts, args.measure_every, seed)})
+            print(rows[-1], flush=True)
     if wanted("SFT mean log-likelihood, untrained"):
         sft, tokenizer, _ = load_checkpoint("addition_sft")
         untrained = RewardModel(sft, tokenizer, readout="last_token+loglik", loglik_weight=1.0)  # zero head: loglik only
-        rows.append(measure("SFT mean log-likelihood, untrained", untrained, probe, args.rl_steps, args.prompts_per_step))
+        rows += measure("SFT mean log-likelihood, untrained", untrained, probe, args)
         print(rows[-1], flush=True)
     for name, settings in VARIANTS.items():
         if not wanted(name):
@@ -173,8 +187,9 @@ def main() -> None:
             model = probe_trainer.model
         trainer = RewardTrainer(RewardConfig(eval_every=0, seed=0, **settings), model=model)
         trainer.train()
-        rows.append({**measure(name, trainer.model, probe, args.rl_steps, args.prompts_per_step),
-                     "seconds": round(time.perf_counter() - start)})
+        measured = measure(name, trainer.model, probe, args)
+        seconds = round(time.perf_counter() - start)
+        rows += [{**row, "seconds": seconds} for row in measured]
         print(rows[-1], flush=True)
     table = pd.DataFrame(rows)
     out = Path(__file__).parent / "results"

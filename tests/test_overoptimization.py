@@ -9,7 +9,6 @@ import torch
 from rlhf_lab.preferences.overoptimization import (
     BestOfNPool,
     GoldEarlyStopping,
-    RewardSum,
     RewardTracker,
     StepTimeBreakdown,
     TimedReward,
@@ -23,7 +22,7 @@ from rlhf_lab.preferences.overoptimization import (
     sequence_kl,
 )
 from rlhf_lab.rl import Trainer, encode_rollout, make_config
-from rlhf_lab.tasks.rewards import correctness_reward, partial_credit_reward
+from rlhf_lab.tasks.rewards import WeightedReward, correctness_reward, partial_credit_reward
 
 EPS32 = torch.finfo(torch.float32).eps
 
@@ -182,6 +181,13 @@ def test_tracker_and_timer_record_through_the_public_pipeline():
     assert np.allclose(history["d"], np.sqrt(history["kl"]))
     # the proxy the tracker reports is the trainer's reward: partial credit >= exact match
     assert (history["proxy"] >= history["gold"] - 1e-12).all()
+    # the paired change is the mean of per-completion differences on the same prompts: the difference of the
+    # two means (gold in [0, 1], float64 sums of 8 values: rounding ~1e-15, hence 1e-12)
+    change, se = tracker.gold_change(0, 2)
+    assert change == pytest.approx(history.loc[2, "gold"] - history.loc[0, "gold"], abs=1e-12)
+    assert len(tracker.gold_scores[2]) == 4 * 2 and se >= 0
+    with pytest.raises(ValueError, match="step 7"):
+        tracker.gold_change(0, 7)
     assert timed.calls == 2 and timed.completions == 2 * 16
     times = breakdown.history
     assert len(times) == 2 and (times["reward_scoring"] > 0).all()
@@ -224,10 +230,29 @@ def test_settings_are_validated():
         best_of_n_kl_bound(0)
 
 
-def test_reward_sum_weights_its_parts():
+class CountingScorer:
+    """A stand-in reward model: scores a batch through `score_batch` (number of 3s in the completion)
+    and counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def score_batch(self, prompts, completions, answers, finished):
+        self.calls += 1
+        return torch.tensor([float(c.count("3")) for c in completions])
+
+
+def test_weighted_reward_sums_a_batch_scorer_and_rules():
+    """A designed reward (interview Q24): a reward model's score plus rules, each part weighted; the
+    reward model part is scored once per batch, not once per completion."""
     length = lambda prompt, completion, answer, finished: float(len(completion))  # noqa: E731
-    combined = RewardSum({"correct": (correctness_reward, 1.0), "length": (length, -0.25)})
-    values = combined.score_batch(["1+2=", "1+2="], ["3", "333"], ["3", "3"], [True, True])
-    assert values.tolist() == [1.0 - 0.25, 0.0 - 0.75]
+    scorer = CountingScorer()
+    reward = WeightedReward({"preference": 2.0, "correct": 1.0, "length": -0.25},
+                            rewards={"preference": scorer, "correct": correctness_reward, "length": length})
+    values = reward.score_batch(["1+2=", "1+2="], ["3", "333"], ["3", "3"], [True, True])
+    assert values == [2.0 * 1 + 1.0 - 0.25, 2.0 * 3 + 0.0 - 0.75]
+    assert scorer.calls == 1
+    assert reward.breakdown("1+2=", "33", "3") == {"preference": 2.0, "correct": 0.0, "length": 2.0}
+    assert reward("1+2=", "33", "3") == 2.0 * 2 + 0.0 - 0.5
     with pytest.raises(ValueError, match="length"):
-        RewardSum({"length": (length, float("nan"))})
+        WeightedReward({"length": float("nan")}, rewards={"length": length})

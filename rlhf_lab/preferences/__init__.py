@@ -51,7 +51,6 @@ from .overoptimization import (
     GaoFit,
     GoldEarlyStopping,
     PolicyMeasurement,
-    RewardSum,
     RewardTracker,
     StepTimeBreakdown,
     TimedReward,
@@ -83,7 +82,7 @@ from .reward_model import (
 __all__ = [
     "LOSS_TYPES", "DPOConfig", "DPOTrainer", "dpo_loss", "encode_pairs", "greedy_scores", "implicit_rewards",
     "ipo_loss", "preference_logits", "sampled_kl", "sequence_logprobs",
-    "BestOfNPool", "GaoFit", "GoldEarlyStopping", "PolicyMeasurement", "RewardSum", "RewardTracker",
+    "BestOfNPool", "GaoFit", "GoldEarlyStopping", "PolicyMeasurement", "RewardTracker",
     "StepTimeBreakdown", "TimedReward", "best_of_n", "best_of_n_curve", "best_of_n_kl", "best_of_n_kl_bound",
     "best_of_n_pool", "fit_gao", "measure_policy", "sampled_best_of_n_kl", "sequence_kl",
     "DEFAULT_ANNOTATORS", "DEFAULT_SOURCES", "PREFERENCE_DIR", "Annotator", "Comparison", "agreement_table", "gold_agreement", "write_datasheet", "CompletionSource",

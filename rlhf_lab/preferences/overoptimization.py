@@ -27,7 +27,8 @@ The two ways to optimise:
 
 Rewards follow the lab's contract (`rlhf_lab.rl.score_completions`): a callable
 (prompt, completion, answer, finished) -> float, or an object with `score_batch(...)` (a reward
-model scores the whole batch in one forward).
+model scores the whole batch in one forward). A reward designed from parts, a reward model plus
+rules, is a `rlhf_lab.tasks.WeightedReward` (each part scored in one batch).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from ..sampling import SamplingConfig
 from ..validation import check_choice, check_number
 
 __all__ = [
-    "FIT_FORMS", "BestOfNPool", "GaoFit", "GoldEarlyStopping", "PolicyMeasurement", "RewardSum", "RewardTracker",
+    "FIT_FORMS", "BestOfNPool", "GaoFit", "GoldEarlyStopping", "PolicyMeasurement", "RewardTracker",
     "StepTimeBreakdown", "TimedReward", "best_of_n", "best_of_n_curve", "best_of_n_kl", "best_of_n_kl_bound", "best_of_n_pool",
     "completion_texts", "fit_gao", "measure_policy", "sample_proxy_and_gold", "sampled_best_of_n_kl", "sequence_kl",
 ]
@@ -173,6 +174,7 @@ class PolicyMeasurement:
     finished: float  # fraction that emitted EOS
     completions: list[str] = field(repr=False, default_factory=list)  # (N,) prompt-major
     prompts: list[str] = field(repr=False, default_factory=list)
+    gold_scores: torch.Tensor = field(repr=False, default_factory=lambda: torch.zeros(0))  # (N,) each completion's gold
 
     @property
     def d(self) -> float:
@@ -228,7 +230,7 @@ def measure_policy(policy, ref_model, tokenizer, task, examples: Sequence, proxy
     return PolicyMeasurement(
         kl=kl_mean, kl_se=kl_se, proxy=proxy_mean, proxy_se=proxy_se, gold=gold_mean, gold_se=gold_se,
         accuracy=float(rollout.correct.mean()), length=float(rollout.lengths.float().mean()),
-        finished=float(rollout.finished.float().mean()), completions=texts, prompts=prompts,
+        finished=float(rollout.finished.float().mean()), completions=texts, prompts=prompts, gold_scores=gold_scores,
     )
 
 
@@ -410,6 +412,7 @@ class RewardTracker(Callback):
         self.num_prompts, self.num_generations, self.every, self.seed = num_prompts, num_generations, every, seed
         self.rows: list[dict] = []
         self.completions: dict[int, list[str]] = {}  # step -> the completions measured there
+        self.gold_scores: dict[int, torch.Tensor] = {}  # step -> (N,) their gold scores, prompt-major
 
     def measure(self, trainer) -> PolicyMeasurement:
         examples = self.examples if self.examples is not None else trainer.test_examples[: self.num_prompts]
@@ -422,7 +425,18 @@ class RewardTracker(Callback):
                                 self.seed)
         self.rows.append({"step": trainer.step, **result.row()})
         self.completions[trainer.step] = result.completions
+        self.gold_scores[trainer.step] = result.gold_scores
         return result
+
+    def gold_change(self, from_step: int, to_step: int) -> tuple[float, float]:
+        """Gold at `to_step` minus gold at `from_step`, with its paired standard error: both were
+        measured on the same prompts (and sampling seed), so the per-prompt differences are the
+        independent units, and what the prompts have in common (easy or hard sums) cancels."""
+        for step in (from_step, to_step):
+            if step not in self.gold_scores:
+                raise ValueError(f"no measurement at step {step}; measured steps: {sorted(self.gold_scores)}")
+        change = self.gold_scores[to_step].double() - self.gold_scores[from_step].double()
+        return _mean_and_se(change, change.numel() // self.num_generations)  # prompt-major: G samples per prompt
 
     def on_train_begin(self, trainer) -> None:
         if not self.rows or self.rows[-1]["step"] != trainer.step:
@@ -491,34 +505,6 @@ class TimedReward:
         self.calls += 1
         self.completions += len(completions)
         return values
-
-
-class RewardSum:
-    """A reward designed from parts (interview Q24): sum_k weight_k * part_k(prompt, completion, answer,
-    finished), each part a per-completion callable or a reward model with `score_batch` (scored in
-    one batch). `rl.Trainer(config, reward_fn=RewardSum({"preference": (rm, 1.0), "length": (rule, -0.1)}))`.
-    The KL regulariser is not a part: the algorithm adds it (PPO in the reward, GRPO in the loss).
-    For rules only (per-completion functions) `rlhf_lab.tasks.rewards.WeightedReward` is the same sum;
-    this one exists because a reward model must be scored in one batch."""
-
-    def __init__(self, parts: dict) -> None:
-        if not parts:
-            raise ValueError("parts must name at least one (reward, weight)")
-        for name, part in parts.items():
-            if not (isinstance(part, tuple) and len(part) == 2):
-                raise ValueError(f"parts[{name!r}] must be a (reward, weight) tuple, got {part!r}")
-            check_number(f"weight of {name!r}", part[1])
-        self.parts = dict(parts)
-        self.__qualname__ = f"RewardSum({', '.join(self.parts)})"
-
-    def part_scores(self, prompts, completions, answers, finished) -> dict[str, torch.Tensor]:
-        """{name: (N,) unweighted scores of that part}."""
-        return {name: score_completions(reward, prompts, completions, answers, finished)
-                for name, (reward, _) in self.parts.items()}
-
-    def score_batch(self, prompts, completions, answers, finished) -> torch.Tensor:
-        scores = self.part_scores(prompts, completions, answers, finished)
-        return sum(self.parts[name][1] * value for name, value in scores.items())  # sum_k w_k r_k
 
 
 class StepTimeBreakdown(Callback):

@@ -155,6 +155,12 @@ class WeightedReward:
     `rewards`: the named reward functions to draw from (default: this module's REWARDS, which take
     `answer_format`); a task with its own rules (the think/answer tasks) passes its own mapping of
     plain `(prompt, completion, reference, finished)` functions, and `answer_format` is then a label.
+    A part may also be an object with `score_batch(prompts, completions, references, finished)`,
+    such as a learned reward model: it is scored in one batch (one forward pass), not per completion.
+    That is how an RLHF reward is designed from parts (a preference score plus rules):
+
+        WeightedReward({"preference": 1.0, "length": -0.1}, rewards={"preference": reward_model,
+                                                                       "length": length_rule})
     """
 
     def __init__(self, weights: Mapping[str, float], answer_format: str = AUTO,
@@ -175,20 +181,25 @@ class WeightedReward:
         self, prompt: str, completion: str, reference: str, finished: bool = True
     ) -> dict[str, float]:
         """Each component's unweighted value, keyed by reward name."""
-        return {name: self.rewards[name](prompt, completion, reference, finished) for name in self.weights}
+        parts = self.breakdown_batch([prompt], [completion], [reference], [finished])
+        return {name: values[0] for name, values in parts.items()}
+
+    def breakdown_batch(self, prompts: Sequence[str], completions: Sequence[str], references: Sequence[str],
+                        finished: Sequence[bool] | None = None) -> dict[str, list[float]]:
+        """Each component's unweighted values over a batch, keyed by reward name: one `score_batch`
+        call per named reward (a reward model among them scores the whole batch at once)."""
+        return {name: score_batch(self.rewards[name], prompts, completions, references, finished)
+                for name in self.weights}
 
     def __call__(self, prompt: str, completion: str, reference: str, finished: bool = True) -> float:
-        parts = self.breakdown(prompt, completion, reference, finished)
-        return sum(self.weights[name] * value for name, value in parts.items())
+        return self.score_batch([prompt], [completion], [reference], [finished])[0]
 
     def score_batch(self, prompts: Sequence[str], completions: Sequence[str], references: Sequence[str],
-                    finished: Sequence[bool]) -> list[float]:
+                    finished: Sequence[bool] | None = None) -> list[float]:
         """[self(p, c, r, f) for each completion], the same values: one pass per named reward over the
         batch, no per-completion dict (the trainer scores every rollout through this)."""
-        parts = [[self.rewards[name](p, c, r, f) for p, c, r, f in zip(prompts, completions, references, finished)]
-                 for name in self.weights]
-        weights = list(self.weights.values())
-        return [sum(w * values[i] for w, values in zip(weights, parts)) for i in range(len(completions))]
+        parts = self.breakdown_batch(prompts, completions, references, finished)
+        return [sum(self.weights[name] * values[i] for name, values in parts.items()) for i in range(len(completions))]
 
     def __repr__(self) -> str:
         return f"WeightedReward({self.weights}, answer_format={self.answer_format!r})"
@@ -207,6 +218,8 @@ def score_batch(
     finished: Sequence[bool] | None = None,
 ) -> list[float]:
     """[reward_fn(p, c, r, f) for each example]; `finished=None` means every completion ended with EOS.
+    A reward with its own `score_batch` method (a reward model, a `WeightedReward`) is called once
+    with the whole batch.
 
     `finished` may be any sequence of truthy values, e.g. a (batch,) bool tensor's `.tolist()`.
     """
@@ -218,6 +231,9 @@ def score_batch(
         raise ValueError(
             f"prompts, completions, references and finished must have equal lengths, got {lengths}"
         )
+    if hasattr(reward_fn, "score_batch"):
+        values = reward_fn.score_batch(list(prompts), list(completions), list(references), [bool(f) for f in finished])
+        return [float(v) for v in values]
     return [
         float(reward_fn(p, c, r, bool(f))) for p, c, r, f in zip(prompts, completions, references, finished)
     ]
