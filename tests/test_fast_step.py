@@ -193,3 +193,27 @@ def test_distinct_rows_maps_back_to_every_row():
     clash = torch.tensor([[int(w[1]), 0], [0, int(w[0])], [int(w[1]), 0]])
     distinct, inverse = distinct_rows(clash)
     assert torch.equal(distinct[inverse], clash) and len(distinct) == 2
+
+
+def test_rms_norm_with_the_weight_inside_is_llama_rms_norm_bit_for_bit():
+    """The model's RMSNorm passes its weight to torch's rms_norm (one op): in float32 the output and
+    both gradients must equal transformers' LlamaRMSNorm, weight * (x * rsqrt(mean(x^2) + eps)), bit
+    for bit (the same products in the same order)."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    from rlhf_lab.model.transformer import RMSNorm
+
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(7, 5, 64, generator=g)
+    weight = 1 + 0.3 * torch.randn(64, generator=g)
+    ours, theirs = RMSNorm(64, 1e-6), LlamaRMSNorm(64, eps=1e-6)
+    results = []
+    for norm in (ours, theirs):
+        norm.weight.data.copy_(weight)
+        inputs = x.clone().requires_grad_()
+        out = norm(inputs)
+        out.backward(torch.ones_like(out) + torch.arange(64) / 64)  # a gradient that differs per dim
+        results.append((out.detach(), inputs.grad, norm.weight.grad))
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
