@@ -217,3 +217,17 @@ def test_rms_norm_with_the_weight_inside_is_llama_rms_norm_bit_for_bit():
     for a, b in zip(*results):
         assert torch.equal(a, b)
 
+
+
+def test_a_reward_that_is_the_exact_match_is_scored_once():
+    """At the default reward (the task's exact match) the accuracy column is the reward, scored once;
+    any other reward is scored apart from the exact match."""
+    trainer = trainer_for()
+    assert trainer.sampler.accuracy_fn is trainer.reward_fn
+    rollout = trainer.collect_rollout(with_reference=False)
+    assert torch.equal(rollout.correct, rollout.rewards) and rollout.correct is not rollout.rewards
+    shaped = trainer_for(reward_weights={"correct": 1.0, "format": 0.5})
+    assert shaped.sampler.accuracy_fn is not shaped.reward_fn
+    rollout = shaped.collect_rollout(with_reference=False)
+    assert set(rollout.correct.tolist()) <= {0.0, 1.0}
+    assert not torch.equal(rollout.rewards, rollout.correct)  # the format reward adds to every well-formed answer

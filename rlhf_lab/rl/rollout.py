@@ -151,12 +151,19 @@ def score_completions(reward_fn, prompts: Sequence[str], completions: Sequence[s
     return torch.tensor([float(v) for v in values], dtype=torch.float32)
 
 
+def exact_match_reward(task):
+    """The task's exact-match score as a batch reward (`task.score`, built once): the accuracy metric."""
+    return task.reward_fn({task.accuracy_reward: 1.0})
+
+
 @torch.no_grad()
 def sample_and_score(policy, tokenizer, examples: Sequence, num_generations: int, sampling: SamplingConfig,
-                     reward_fn, task, generator: torch.Generator | None = None) -> Rollout:
+                     reward_fn, task, generator: torch.Generator | None = None, accuracy_fn=None) -> Rollout:
     """Sample `num_generations` completions for each example with the lab's cached `generate`, decode
-    them, and score them with `reward_fn` (the reward the optimiser sees) and `task.score` (exact
-    match, the accuracy we report). Returns a Rollout without log-probs."""
+    them, and score them with `reward_fn` (the reward the optimiser sees) and the exact match
+    (`accuracy_fn`, default `exact_match_reward(task)`: the accuracy we report). When `accuracy_fn` is
+    `reward_fn` itself (the default reward of a task is often its exact match), the completions are
+    scored once. Returns a Rollout without log-probs."""
     device = policy.device
     prompts = [tokenizer.encode(e.prompt, add_bos=True) for e in examples]
     with autocast(device):
@@ -165,8 +172,9 @@ def sample_and_score(policy, tokenizer, examples: Sequence, num_generations: int
     texts, finished = zip(*(tokenizer.decode_until_eos(ids) for ids in out.completion_ids.tolist()))
     prompts, answers = [e.prompt for e in rows], [e.answer for e in rows]
     rewards = score_completions(reward_fn, prompts, texts, answers, finished)
-    # task.score, built once for the batch: the exact-match reward of the task's format
-    correct = score_completions(task.reward_fn({task.accuracy_reward: 1.0}), prompts, texts, answers, finished)
+    accuracy_fn = accuracy_fn or exact_match_reward(task)
+    correct = (rewards.clone() if accuracy_fn is reward_fn
+               else score_completions(accuracy_fn, prompts, texts, answers, finished))
     return Rollout(
         input_ids=out.sequences, attention_mask=out.attention_mask, prompt_width=out.prompt_ids.shape[1],
         completion_ids=out.completion_ids, completion_mask=out.completion_mask.float(),
@@ -182,11 +190,15 @@ class RolloutSampler:
     `sampler(count)` draws `count` prompts (seeded by `data_generator`) and samples
     `num_generations` completions for each (seeded by `sample_generator`). Algorithms that need more
     samples (DAPO's dynamic sampling) or a greedy answer (ReMax) call it from `shape_rollout`.
+    `accuracy_fn` scores the accuracy (default `exact_match_reward(task)`); pass `reward_fn` itself when
+    the reward is that exact match, and each completion is scored once.
     """
 
     def __init__(self, policy, tokenizer, task, reward_fn, train_examples: Sequence, sampling: SamplingConfig,
-                 num_generations: int, sample_generator: torch.Generator, data_generator: torch.Generator) -> None:
+                 num_generations: int, sample_generator: torch.Generator, data_generator: torch.Generator,
+                 accuracy_fn=None) -> None:
         self.policy, self.tokenizer, self.task, self.reward_fn = policy, tokenizer, task, reward_fn
+        self.accuracy_fn = accuracy_fn or exact_match_reward(task)
         self.train_examples = train_examples
         self.sampling = sampling
         self.num_generations = num_generations
@@ -201,7 +213,8 @@ class RolloutSampler:
                sampling: SamplingConfig | None = None) -> Rollout:
         """Completions for the given examples (default: G each, at the training temperature)."""
         return sample_and_score(self.policy, self.tokenizer, examples, num_generations or self.num_generations,
-                                sampling or self.sampling, self.reward_fn, self.task, self.sample_generator)
+                                sampling or self.sampling, self.reward_fn, self.task, self.sample_generator,
+                                self.accuracy_fn)
 
     def greedy_rewards(self, examples: Sequence) -> torch.Tensor:
         """(len(examples),) the reward of each example's greedy completion."""

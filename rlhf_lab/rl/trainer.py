@@ -70,7 +70,7 @@ from .metrics import (
     peak_memory_bytes,
     reward_stats,
 )
-from .rollout import PolicyOutput, Rollout, RolloutSampler, policy_forward
+from .rollout import PolicyOutput, Rollout, RolloutSampler, exact_match_reward, policy_forward
 from .routing import RoutingStats, check_routing_replay, is_moe
 
 __all__ = ["Callback", "LossAndGradient", "NonFiniteLossError", "StepDistributions", "Trainer"]
@@ -140,8 +140,11 @@ class Trainer(TrainingLoop):
                                            weight_decay=config.weight_decay, betas=(0.9, 0.99),
                                            fused=fused or None, foreach=None if fused else True)
         self.task = get_task(config.task, **config.task_params)
+        accuracy_fn = exact_match_reward(self.task)
         if reward_fn is None:
             reward_fn = self.task.reward_fn(config.reward_weights)  # validates the weights' names
+            if reward_fn.weights == accuracy_fn.weights:  # the reward is the exact match: score once
+                reward_fn = accuracy_fn
         self.train_examples, self.test_examples = self.task.make_split(0, config.n_train, config.n_test)  # data seed fixed
         self.eval_examples = self.test_examples[: config.eval_examples]  # what evaluate() scores during training
         self.max_completion_length = config.max_completion_length or completion_budget(self.train_examples)
@@ -151,7 +154,7 @@ class Trainer(TrainingLoop):
         self.sampler = RolloutSampler(
             self.policy, tokenizer, self.task, reward_fn, self.train_examples, sampling, config.num_generations,
             sample_generator=torch.Generator(self.device).manual_seed(config.seed),
-            data_generator=torch.Generator().manual_seed(config.seed),
+            data_generator=torch.Generator().manual_seed(config.seed), accuracy_fn=accuracy_fn,
         )
         self.callbacks = list(callbacks)
         self.rows: list[dict] = []
