@@ -297,20 +297,27 @@ def completion_logits(model, rollout: Rollout, temperature: float = 1.0, share_p
     P, T = rollout.prompt_width, rollout.completion_ids.shape[1]
     if output is not None:  # positions P-1 .. P+T-2 are the last T, whatever num_logits_to_keep was
         values = output.values[:, P - 1 : P - 1 + T] if output.values is not None else None
-        return output.logits[:, -T:].float() / temperature, values
+        return at_temperature(output.logits[:, -T:], temperature), values
     recompute = getattr(model, "gradient_checkpointing", False) and torch.is_grad_enabled()
     if share_prompts and not recompute:  # checkpointing recomputes layers without a cache
         prompts = torch.cat([rollout.input_ids[:, :P], rollout.attention_mask[:, :P]], dim=1)  # (N, 2P)
         unique, row_prompt = distinct_rows(prompts)  # (U, 2P), (N,)
         if len(unique) < len(rollout):
             logits, values = shared_prompt_forward(model, rollout, unique[:, :P], unique[:, P:], row_prompt)
-            return logits.float() / temperature, values
+            return at_temperature(logits, temperature), values
     # Positions P-1 .. P+T-2 are the last T of the P+T-1 inputs: the lm_head runs on those only
     # (num_logits_to_keep), not on the prompt positions whose logits nothing uses.
     out = rollout_forward(model, rollout, num_logits_to_keep=T)
-    logits = out.logits.float() / temperature  # (N, T, V)
+    logits = at_temperature(out.logits, temperature)  # (N, T, V)
     values = out.values[:, P - 1 : P - 1 + T] if out.values is not None else None
     return logits, values
+
+
+def at_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """float32 logits / temperature; at temperature 1 the logits themselves (x / 1 is x exactly: one op
+    less forward and backward)."""
+    logits = logits.float()
+    return logits if temperature == 1 else logits / temperature
 
 
 def distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
