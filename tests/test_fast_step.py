@@ -114,6 +114,9 @@ def test_selective_log_softmax_in_chunks_is_exact(monkeypatch):
     assert torch.equal(losses.selective_log_softmax(logits, ids), whole)
     expected = torch.log_softmax(logits, -1).gather(-1, ids[..., None]).squeeze(-1)
     assert torch.equal(whole, expected)
+    # the entropy from the same log-softmax, chunk by chunk, is the entropy computed on its own
+    logprobs, entropy = losses.selective_log_softmax_and_entropy(logits, ids)
+    assert torch.equal(logprobs, whole) and torch.equal(entropy, losses.entropy_from_logits(logits))
 
 
 def test_weighted_reward_scores_a_batch_like_one_by_one():

@@ -22,7 +22,7 @@ import torch
 
 from ..device import autocast
 from ..sampling import SamplingConfig, generate
-from .losses import entropy_from_logits, selective_log_softmax
+from .losses import selective_log_softmax_and_entropy
 from .routing import is_moe
 
 
@@ -384,8 +384,7 @@ def policy_forward(model, rollout: Rollout, temperature: float = 1.0, with_entro
     if is_moe(model) or expert_indices is not None:
         out = rollout_forward(model, rollout, expert_indices, num_logits_to_keep=rollout.completion_ids.shape[1])
     logits, values = completion_logits(model, rollout, temperature, share_prompts, output=out)
-    logprobs = selective_log_softmax(logits, rollout.completion_ids)
-    entropy = entropy_from_logits(logits.detach()) if with_entropy else None
+    logprobs, entropy = selective_log_softmax_and_entropy(logits, rollout.completion_ids, with_entropy)
     return PolicyOutput(logprobs=logprobs, entropy=entropy, values=values if with_values else None,
                         router_logits=None if out is None else out.router_logits,
                         expert_indices=None if out is None else out.expert_indices,
