@@ -13,8 +13,9 @@ over it with evaluation and callbacks; both come from `rlhf_lab.loop.TrainingLoo
 What a step does not need it skips: no log pi_old forward on-policy (pi_old = pi_theta.detach(), as
 TRL does), no reference forward over the batch when the loss does not read log pi_ref (beta = 0,
 TRL's default: the KL metrics then come from `kl_metric_samples` rows), and every teacher-forced
-forward runs each distinct prompt once for its G completions (rollout.py). bench/profile_step.py
-shows where the time of a step goes.
+forward runs each distinct prompt once for its G completions (rollout.py); on Linux the memory a step
+frees stays in the process for the next one instead of being page-faulted back in (allocator.py).
+bench/profile_step.py shows where the time of a step goes.
 `loss_and_gradient(minibatch)` gives a loss and its gradient without changing the weights (to
 compare losses or advantages on the same samples).
 
@@ -59,6 +60,7 @@ from ..schedule import learning_rate_at
 from ..tasks import get_task
 from ..tasks.rewards import WeightedReward
 from .algorithm import Algorithm, LossInfo
+from .allocator import keep_freed_memory
 from .config import RLConfig
 from .losses import explained_variance
 from .metrics import (
@@ -114,6 +116,7 @@ class Trainer(TrainingLoop):
         self.config = config
         self.algorithm = algorithm or ALGORITHMS[config.algo](config)
         self.device = pick_device(config.device)
+        keep_freed_memory()  # glibc: what a step frees stays in the process for the next (allocator.py)
         torch.manual_seed(config.seed)
         from ..checkpoints import model_and_tokenizer
 
