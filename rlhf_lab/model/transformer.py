@@ -372,21 +372,22 @@ class LlamaModel(nn.Module):
                              f"for this model), got {len(expert_indices)}")
         past_len = cache.get_seq_length() if cache is not None else 0
         mask = build_attention_mask(attention_mask, T, past_len, input_ids.device)
-        # RoPE's tables, made once here for every layer's q and k (rope_factors: [cos | cos], [-sin | sin])
+        # RoPE's tables, made once here for every layer's q and k (rope_factors: [cos | cos] and [-sin | sin],
+        # width D' = D; interleaved pairs: cos and sin, D' = D/2)
         rope, interleaved = self.rotary_emb, self.config.rope_interleaved
         if position_ids is not None or rope.rope_type == "dynamic":  # positions chosen by the caller
             if position_ids is None:
                 position_ids = self.default_position_ids(attention_mask, B, T, past_len, input_ids.device)
-            cos, sin = rope_factors(*rope(position_ids), interleaved)  # float32 (B, T, D)
+            cos, sin = rope_factors(*rope(position_ids), interleaved)  # float32 (B, T, D')
         else:  # positions < past_len + T: rows of the precomputed table, no cos/sin to recompute
-            cos, sin = rope_factors(*rope.cos_sin_table(past_len + T), interleaved)  # (past_len + T, D)
+            cos, sin = rope_factors(*rope.cos_sin_table(past_len + T), interleaved)  # (past_len + T, D')
             if attention_mask is None:  # every row at positions past_len .. past_len + T - 1
-                cos, sin = cos[past_len:], sin[past_len:]  # (T, D/2), broadcast over the batch
+                cos, sin = cos[past_len:], sin[past_len:]  # (T, D'), broadcast over the batch
             else:
                 position_ids = self.default_position_ids(attention_mask, B, T, past_len, input_ids.device)
-                cos, sin = F.embedding(position_ids, cos), F.embedding(position_ids, sin)  # (B, T, D)
+                cos, sin = F.embedding(position_ids, cos), F.embedding(position_ids, sin)  # (B, T, D')
         if cos.dim() == 3:
-            cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, D): the same angle for every head
+            cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, D'): the same angle for every head
         x = self.model.embed_tokens(input_ids)
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled() and cache is None
         routing = []  # MoE: (router_logits, expert_indices) per layer
