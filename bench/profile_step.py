@@ -125,9 +125,12 @@ def main() -> None:
         def decode_and_score():
             texts, finished = zip(*(trainer.tokenizer.decode_until_eos(r) for r in out.completion_ids.tolist()))
             rows = [examples[i // G] for i in range(N)]
-            score_completions(trainer.reward_fn, [e.prompt for e in rows], texts, [e.answer for e in rows], finished)
-            accuracy = trainer.task.reward_fn({trainer.task.accuracy_reward: 1.0})
-            return score_completions(accuracy, [e.prompt for e in rows], texts, [e.answer for e in rows], finished)
+            rewards = score_completions(trainer.reward_fn, [e.prompt for e in rows], texts, [e.answer for e in rows],
+                                        finished)
+            if sampler.accuracy_fn is trainer.reward_fn:  # the reward is the exact match: scored once
+                return rewards
+            return score_completions(sampler.accuracy_fn, [e.prompt for e in rows], texts, [e.answer for e in rows],
+                                     finished)
 
         note("rollout: decode text + scoring", clock(decode_and_score)[0])
         flops["rollout: prefill"] = forward_flops(mc, c.prompts_per_step, P, (P + 1) / 2, 1)

@@ -27,7 +27,7 @@ from ..validation import check_choice
 from .config import ModelConfig
 from .kv_cache import KVCache
 from .moe import SparseMoeBlock, moe_aux_loss
-from .rope import RotaryEmbedding, apply_rope
+from .rope import RotaryEmbedding, rope_factors, rotate
 
 _fused_rms_norm = getattr(F, "rms_norm", None)
 
@@ -42,8 +42,10 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if _fused_rms_norm is not None:  # one call, same formula (torch >= 2.4)
-            if x.dtype == torch.float32:  # nothing to cast (the common case: skips two calls per norm)
-                return self.weight * _fused_rms_norm(x, (x.shape[-1],), eps=self.eps)
+            if x.dtype == self.weight.dtype == torch.float32:  # nothing to cast (the common case)
+                # the weight inside the call: one op, forward and backward, and the same bits as
+                # weight * rms_norm(x) (the product (x * rstd) * weight either way)
+                return _fused_rms_norm(x, (x.shape[-1],), weight=self.weight, eps=self.eps)
             return self.weight * _fused_rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -91,7 +93,7 @@ class Attention(nn.Module):
     def forward(
         self,
         x: torch.Tensor,  # (B, T, C)
-        cos: torch.Tensor,  # (B, 1, T, D/2) or (T, D/2) float32, see apply_rope
+        cos: torch.Tensor,  # (B, 1, T, D') or (T, D') float32: `rope_factors`' tables (D' = D, or D/2 interleaved)
         sin: torch.Tensor,  # same shape as cos
         mask: torch.Tensor | None,  # (B, 1, T, S) bool, True = may attend; None = attend to all (T = 1)
         cache: KVCache | None,
@@ -105,13 +107,13 @@ class Attention(nn.Module):
                 q, k = self.q_norm(q), self.k_norm(k)
             q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, T, D), (B, K, T, D)
             v = self.v_proj(x).view(B, T, K, D).transpose(1, 2)  # (B, K, T, D)
-            q = apply_rope(q, cos, sin, interleaved=self.interleaved)
-            k = apply_rope(k, cos, sin, interleaved=self.interleaved)
+            q = rotate(q, cos, sin, interleaved=self.interleaved)
+            k = rotate(k, cos, sin, interleaved=self.interleaved)
         else:  # generation (see fuse_projections): the same numbers with fewer ops
             # [q | k | v] = x [W_q | W_k | W_v]^T: one matmul, heads side by side (B, H + 2K, T, D), and one
             # RoPE call rotates the H query and K key heads together
             qkv = F.linear(x, *self.qkv_fused).view(B, T, H + 2 * K, D).transpose(1, 2)
-            qk = apply_rope(qkv[:, : H + K], cos, sin, interleaved=self.interleaved)
+            qk = rotate(qkv[:, : H + K], cos, sin, interleaved=self.interleaved)
             # k gets its own buffer as in the unfused path: the attention matmul's rounding follows k's layout
             q, k, v = qk[:, :H], qk[:, H:].contiguous(), qkv[:, H + K :]  # (B, H|K|K, T, D)
         if cache is not None:
@@ -370,20 +372,22 @@ class LlamaModel(nn.Module):
                              f"for this model), got {len(expert_indices)}")
         past_len = cache.get_seq_length() if cache is not None else 0
         mask = build_attention_mask(attention_mask, T, past_len, input_ids.device)
-        rope = self.rotary_emb
+        # RoPE's tables, made once here for every layer's q and k (rope_factors: [cos | cos] and [-sin | sin],
+        # width D' = D; interleaved pairs: cos and sin, D' = D/2)
+        rope, interleaved = self.rotary_emb, self.config.rope_interleaved
         if position_ids is not None or rope.rope_type == "dynamic":  # positions chosen by the caller
             if position_ids is None:
                 position_ids = self.default_position_ids(attention_mask, B, T, past_len, input_ids.device)
-            cos, sin = rope(position_ids)  # float32 (B, T, D/2)
+            cos, sin = rope_factors(*rope(position_ids), interleaved)  # float32 (B, T, D')
         else:  # positions < past_len + T: rows of the precomputed table, no cos/sin to recompute
-            cos, sin = rope.cos_sin_table(past_len + T)  # (past_len + T, D/2)
+            cos, sin = rope_factors(*rope.cos_sin_table(past_len + T), interleaved)  # (past_len + T, D')
             if attention_mask is None:  # every row at positions past_len .. past_len + T - 1
-                cos, sin = cos[past_len:], sin[past_len:]  # (T, D/2), broadcast over the batch
+                cos, sin = cos[past_len:], sin[past_len:]  # (T, D'), broadcast over the batch
             else:
                 position_ids = self.default_position_ids(attention_mask, B, T, past_len, input_ids.device)
-                cos, sin = F.embedding(position_ids, cos), F.embedding(position_ids, sin)  # (B, T, D/2)
+                cos, sin = F.embedding(position_ids, cos), F.embedding(position_ids, sin)  # (B, T, D')
         if cos.dim() == 3:
-            cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, D/2): the same angle for every head
+            cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, D'): the same angle for every head
         x = self.model.embed_tokens(input_ids)
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled() and cache is None
         routing = []  # MoE: (router_logits, expert_indices) per layer

@@ -208,22 +208,40 @@ def clipped_value_loss(
 LOG_SOFTMAX_CHUNK_ELEMENTS = 2**24
 
 
+def log_softmax_chunks(logits: torch.Tensor):
+    """Yield (rows, float32 log_softmax of those rows) over the batch dim, at most
+    LOG_SOFTMAX_CHUNK_ELEMENTS values at once: the full (batch, seq, vocab) float32 log-softmax of a
+    large vocabulary is never held in memory (TRL's `selective_log_softmax` goes one row at a time for
+    the same reason); a small batch is one chunk, one call, no Python loop per row. Each value is the
+    same either way: the softmax reduces over the vocabulary only."""
+    batch, seq, vocab = logits.shape
+    rows = max(1, LOG_SOFTMAX_CHUNK_ELEMENTS // max(seq * vocab, 1))
+    for start in range(0, batch, rows):
+        chunk = slice(start, start + rows)
+        yield chunk, F.log_softmax(logits[chunk].float(), dim=-1)  # log p = z - logsumexp(z)
+
+
 def selective_log_softmax(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
     """log softmax(logits)[token_id] in float32. (batch, seq, vocab), (batch, seq) -> (batch, seq).
 
-    logits must already be divided by the sampling temperature. Rows go through the float32
-    log-softmax in chunks of at most LOG_SOFTMAX_CHUNK_ELEMENTS values, so the full (batch, seq, vocab)
-    float32 log-softmax of a large vocabulary is never held in memory (TRL's `selective_log_softmax`
-    goes one row at a time for the same reason); a small batch is one chunk, one call, no Python loop
-    per row. Each value is the same either way: the softmax reduces over the vocabulary only.
+    logits must already be divided by the sampling temperature. Computed in row chunks
+    (`log_softmax_chunks`).
     """
-    batch, seq, vocab = logits.shape
-    rows = max(1, LOG_SOFTMAX_CHUNK_ELEMENTS // max(seq * vocab, 1))
-    chunks = []
-    for start in range(0, batch, rows):
-        chunk = F.log_softmax(logits[start : start + rows].float(), dim=-1)  # log p = z - logsumexp(z)
-        chunks.append(chunk.gather(-1, token_ids[start : start + rows].unsqueeze(-1)).squeeze(-1))
-    return chunks[0] if len(chunks) == 1 else torch.cat(chunks)
+    return selective_log_softmax_and_entropy(logits, token_ids, with_entropy=False)[0]
+
+
+def selective_log_softmax_and_entropy(logits: torch.Tensor, token_ids: torch.Tensor, with_entropy: bool = True
+                                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(selective_log_softmax(logits, token_ids), entropy_from_logits(logits.detach()) or None), the same
+    values from one log-softmax: the entropy -sum p log p reads the log-probs the selection used (detached:
+    a metric, no gradient)."""
+    logprobs, entropies = [], []
+    for rows, log_p in log_softmax_chunks(logits):
+        logprobs.append(log_p.gather(-1, token_ids[rows].unsqueeze(-1)).squeeze(-1))
+        if with_entropy:
+            entropies.append(entropy_from_logprobs(log_p.detach()))
+    join = lambda parts: parts[0] if len(parts) == 1 else torch.cat(parts)  # noqa: E731
+    return join(logprobs), join(entropies) if with_entropy else None
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -231,7 +249,11 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 
     H = -sum_v p_v log p_v
     """
-    logprobs = F.log_softmax(logits.float(), dim=-1)
+    return entropy_from_logprobs(F.log_softmax(logits.float(), dim=-1))
+
+
+def entropy_from_logprobs(logprobs: torch.Tensor) -> torch.Tensor:
+    """-sum_v p_v log p_v from log p (..., vocab) -> (...)."""
     return -(logprobs.exp() * logprobs).sum(dim=-1)  # -sum p log p
 
 
