@@ -30,7 +30,7 @@ import time
 from datetime import date
 
 SETTINGS = [(64, 32), (8, 256)]
-IMPLEMENTATIONS = ["lab-static", "lab-dynamic", "lab-paged", "lab-int8", "lab-nocache", "hf-generate"]
+IMPLEMENTATIONS = ["lab-static", "lab-compiled", "lab-dynamic", "lab-paged", "lab-int8", "lab-nocache", "hf-generate"]
 PROMPT_LEN = 8
 SAMPLING = ("greedy", "sampled")
 
@@ -55,7 +55,9 @@ def run_one(impl: str, batch: int, new_tokens: int, repeats: int, threads: int |
     def call():
         generate_tokens(new_tokens)
 
-    call()  # warm-up
+    start = time.perf_counter()
+    call()  # warm-up (lab-compiled: the compilation, unless torch's on-disk cache has it already)
+    first = time.perf_counter() - start
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -65,6 +67,7 @@ def run_one(impl: str, batch: int, new_tokens: int, repeats: int, threads: int |
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     peak = rss if sys.platform == "darwin" else rss * 1024
     return {"impl": impl, "sampling": sampling, "batch": batch, "new_tokens": new_tokens, "seconds": best,
+            "first_call_s": first,
             "tokens_per_s": batch * new_tokens / best, "ms_per_step": 1000 * best / new_tokens,
             "peak_mib": peak / 2**20, "threads": torch.get_num_threads()}
 
@@ -137,11 +140,12 @@ def make_call(impl: str, batch: int, sampling: str):
                                   eos_token_id=None, **sampling_config(sampling, new_tokens).hf_generate_kwargs())
             assert out.shape == (batch, PROMPT_LEN + new_tokens), out.shape
         return call
-    cache = {"lab-static": "static", "lab-dynamic": "dynamic", "lab-paged": "paged",
+    cache = {"lab-static": "static", "lab-compiled": "static", "lab-dynamic": "dynamic", "lab-paged": "paged",
              "lab-int8": "int8", "lab-nocache": "none"}[impl]
 
     def call(new_tokens):
-        out = generate(model, prompts, sampling_config(sampling, new_tokens), cache=cache, stop_at_eos=False)
+        out = generate(model, prompts, sampling_config(sampling, new_tokens), cache=cache, stop_at_eos=False,
+                       compile=impl == "lab-compiled")
         assert out.completion_ids.shape == (batch, new_tokens), out.completion_ids.shape
     return call
 
@@ -191,7 +195,8 @@ def main() -> None:
         loads.append(os.getloadavg()[0])
     rows = [{**group[0], "tokens_per_s": statistics.median(r["tokens_per_s"] for r in group),
              "ms_per_step": statistics.median(r["ms_per_step"] for r in group),
-             "peak_mib": max(r["peak_mib"] for r in group), "per_round": [r["tokens_per_s"] for r in group]}
+             "peak_mib": max(r["peak_mib"] for r in group), "per_round": [r["tokens_per_s"] for r in group],
+             "first_call_s": max(r["first_call_s"] for r in group)}
             for group in runs.values()]
     print(f"Generation benchmark, {date.today()}, {platform.machine()} {platform.processor() or ''}, "
           f"{os.cpu_count()} cores, {rows[0]['threads']} torch threads, torch {torch.__version__}, python "
@@ -199,8 +204,8 @@ def main() -> None:
           f"1-minute load average {min(loads):.2f}-{max(loads):.2f} (per round: "
           f"{', '.join(f'{v:.2f}' for v in loads)})\n")
     print("| decoding | implementation | batch x new tokens | tokens/s (median) | ms/step | peak RSS (MiB) "
-          "| vs hf-generate (median, range) |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: |")
+          "| first call (s, max) | vs hf-generate (median, range) |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for sampling in modes:
         for batch, new in settings:
             group = [r for r in rows if (r["sampling"], r["batch"], r["new_tokens"]) == (sampling, batch, new)]
@@ -211,7 +216,7 @@ def main() -> None:
                     ratios = [a / b for a, b in zip(r["per_round"], hf["per_round"])]
                     ratio = f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
                 print(f"| {sampling} | {r['impl']} | {batch} x {new} | {r['tokens_per_s']:.0f} | "
-                      f"{r['ms_per_step']:.2f} | {r['peak_mib']:.0f} | {ratio} |")
+                      f"{r['ms_per_step']:.2f} | {r['peak_mib']:.0f} | {r['first_call_s']:.2f} | {ratio} |")
     for sampling in modes:
         for batch, new in settings:
             group = {r["impl"]: r for r in rows if (r["sampling"], r["batch"], r["new_tokens"]) == (sampling, batch, new)}
