@@ -2,8 +2,8 @@
 
 The compiled step attends over the whole static cache (the unwritten slots masked) and its generated
 kernels sum in their own order, so log-probs agree to float32 rounding, not bit for bit; tokens must be
-the same (greedy, and sampled with the same generator: the race's random numbers are drawn eagerly,
-from the same generator, in the same order). Compiling costs time once per shape: the first call here
+the same (greedy, and sampled with the same generator: the processors and the draw run eagerly, as
+without compile). Compiling costs time once per shape: the first call here
 takes ~10-30 s on 2 cores (TorchInductor generates and builds C++ kernels; torch's on-disk cache makes
 later runs faster), which is why every test shares the one shape (6 prompts, 8 new tokens).
 """
@@ -58,7 +58,7 @@ def test_compiled_generate_equals_eager(shipped, name):
         compiled = generate(model, TEXTS, config, tokenizer=tokenizer, compile=True)
     assert_same_generation(model, compiled, eager)
     assert compiled.finished.any()  # EOS stops rows, so the padding path runs
-    assert set(compiled.timings["first_call_s"]) == ({"forward", "sample"} if config.do_sample else {"forward"})
+    assert compiled.timings["first_step_s"] > 0
 
 
 def test_a_second_call_does_not_recompile(shipped):

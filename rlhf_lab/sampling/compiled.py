@@ -27,8 +27,6 @@ import torch
 import torch.nn.functional as F
 
 from ..model.kv_cache import FixedShapeCache, StaticCache
-from .config import SamplingConfig
-from .processors import build_stages, race_clocks, race_draw
 
 CACHE_LENGTH_MULTIPLE = 16  # compiled calls size their cache in steps of this many positions
 
@@ -44,7 +42,7 @@ def decode_step(model, tokens: torch.Tensor, position: torch.Tensor, cache: Stat
     """One decoding step with shapes that never change: next-token logits (N, V) float32.
 
     Args:
-        model: a `LlamaModel` (dense or MoE), inside `fused_projections`.
+        model: a `LlamaModel`, inside `fused_projections`.
         tokens: (N,) long, the tokens written at column `position`.
         position: () long, that column (the cache slot the tokens' keys and values go to).
         cache: the call's `StaticCache`; slot `position` of every layer is written in place.
@@ -63,26 +61,12 @@ def decode_step(model, tokens: torch.Tensor, position: torch.Tensor, cache: Stat
     for layer in model.model.layers:
         x, _ = layer(x, cos, sin, mask, slot_cache)
     h = model.model.norm(x[:, 0])  # (N, C)
-    return F.linear(h.float(), model.lm_head.weight.float())  # float32 logits, as the model's forward
+    with torch.autocast(device_type=h.device.type, enabled=False):  # float32 logits, as the model's forward
+        return F.linear(h.float(), model.lm_head.weight.float())
 
 
 # TorchInductor's C++ wrapper: the generated code calls its kernels from C++, not from Python
 COMPILE_OPTIONS = {"cpp_wrapper": True}
-WARPERS = ("temperature", "top_k", "top_p", "min_p")  # the stages that only sampling applies
-
-
-def warp_and_draw(scores: torch.Tensor, clocks: torch.Tensor, config: SamplingConfig,
-                  return_logprobs: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The sampling warpers of `config` (temperature, top-k, top-p, min-p), then the race with the given
-    clocks (`race_clocks`, drawn eagerly: the random numbers come from the call's generator).
-
-    The stages that read the context (repetition penalty, no-repeat-ngram) are not here: they run
-    eagerly before, on a context that grows every step.
-    """
-    for name, stage in build_stages(config):
-        if name in WARPERS:
-            scores = stage(scores, None)
-    return race_draw(scores, clocks, return_logprobs)
 
 
 class CompiledFunction:
@@ -130,11 +114,13 @@ def warn_compile_failed(error: Exception) -> None:
 
 
 class CompiledSteps:
-    """The decode steps of one `generate` call, compiled: `step(tokens, column)` -> next-token logits
-    (N, V), and `draw(scores, config, generator, return_logprobs)` -> sampled tokens (and log-probs).
+    """The decode steps of one `generate` call, compiled: `step(tokens, column)` -> next-token logits (N, V).
 
     Holds what stays fixed over the call: the mask of padding, each row's offset, the RoPE table and
     the position tensor (refilled each step: the same tensor, so nothing for a guard to see change).
+    Only the model's step is compiled: the processors and the draw stay eager, because compiled they
+    were slower here (sort and top-k stay library calls, and the graph's overhead outweighs the fused
+    pointwise ops on a (64, 58) score matrix; bench/RESULTS.md, "Generation").
     """
 
     def __init__(self, model, cache: StaticCache, prompt_mask: torch.Tensor) -> None:
@@ -146,7 +132,6 @@ class CompiledSteps:
         self.rope_table = model.rotary_emb.cos_sin_table(cache.max_len)
         self.position = torch.zeros((), dtype=torch.long, device=device)
         self.forward = CompiledFunction(decode_step)
-        self.sample = CompiledFunction(warp_and_draw)
 
     def __call__(self, tokens: torch.Tensor, column: int) -> torch.Tensor:
         self.position.fill_(column)
@@ -155,11 +140,7 @@ class CompiledSteps:
         self.cache.length += 1  # the StaticCache's own count of filled positions, as its update keeps it
         return logits
 
-    def draw(self, scores: torch.Tensor, config: SamplingConfig, generator: torch.Generator | None,
-             return_logprobs: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return self.sample(scores, race_clocks(scores, generator), config, return_logprobs)
-
-    def first_call_s(self) -> dict[str, float]:
-        """Each compiled function's first call, in seconds (compilation included when shapes were new)."""
-        return {name: f.first_call_s for name, f in (("forward", self.forward), ("sample", self.sample))
-                if f.first_call_s is not None}
+    @property
+    def first_step_s(self) -> float | None:
+        """The first step's seconds, compilation included when its shapes were new (None: no step ran)."""
+        return self.forward.first_call_s

@@ -23,9 +23,9 @@ from ..device import autocast
 from ..limits import check_memory, check_positions, check_token_ids, generation_bytes
 from ..model.kv_cache import DynamicCache, StaticCache
 from ..validation import check_bool, check_choice, check_number
-from .compiled import WARPERS, CompiledSteps, compiled_cache_length
+from .compiled import CompiledSteps, compiled_cache_length
 from .config import SamplingConfig
-from .processors import build_stages, check_some_token_left, make_generator, sample_next_token
+from .processors import build_stages, make_generator, sample_next_token
 
 CACHE_KINDS = ("static", "dynamic", "paged", "int8", "none")
 
@@ -143,7 +143,7 @@ def generate(
         generator: RNG for sampling; default: seeded from config.seed (None -> global RNG).
         stop_at_eos: False keeps generating after EOS (benchmarks that need a fixed token count).
         compile: True runs each decode step through `torch.compile` (`rlhf_lab.sampling.compiled`; needs
-            cache='static'). The first call with new shapes pays the compilation (`timings['first_call_s']`);
+            cache='static'). The first call with new shapes pays the compilation (`timings['first_step_s']`);
             the results equal the eager ones up to float32 rounding. If compilation fails, a warning says
             why and the call decodes eagerly.
 
@@ -234,14 +234,9 @@ def _generate(model, prompt_ids, prompt_mask, config, G, generator, cache, stop_
             logits = logits.clone()
             logits[:, eos_id] = float("-inf")
         scores = logits
-        for name, stage in build_stages(config, mask[:, :width]) if reads_mask else stages:  # off: not in the list
-            if step is None or name not in WARPERS:  # compiled: the warpers run in `step.draw`
-                scores = stage(scores, ids[:, :width])
-        if step is not None and config.do_sample:
-            if check_removed:  # the warpers never remove a row's last token: only no-repeat-ngram can
-                check_some_token_left(scores)
-            tokens, token_logprobs = step.draw(scores, config, generator, logprobs is not None)
-        elif config.do_sample or logprobs is not None:
+        for _, stage in build_stages(config, mask[:, :width]) if reads_mask else stages:  # off: not in the list
+            scores = stage(scores, ids[:, :width])
+        if config.do_sample or logprobs is not None:
             tokens, token_logprobs = sample_next_token(scores, config, generator, check_removed=check_removed,
                                                        return_logprobs=logprobs is not None)
         else:  # plain greedy: the argmax is all we need
@@ -280,7 +275,7 @@ def _generate(model, prompt_ids, prompt_mask, config, G, generator, cache, stop_
         num_return_sequences=G,
         cache=kv,
         timings={"prefill_s": t1 - t0, "decode_s": t2 - t1, "steps": steps,
-                 **({"first_call_s": step.first_call_s()} if step is not None else {})},
+                 **({"first_step_s": step.first_step_s} if step is not None else {})},
     )
 
 

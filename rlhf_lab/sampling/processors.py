@@ -261,43 +261,24 @@ def sample_next_token(
             distribution the token was actually drawn from (after temperature and filters).
     """
     scores = scores.float()
-    if check_removed:
-        check_some_token_left(scores)
+    if check_removed and torch.isneginf(scores).all(dim=-1).any():
+        raise ValueError(
+            "every token of some row was removed (all scores are -inf); no_repeat_ngram_size can ban the "
+            "whole vocabulary on long sequences over a small vocab: lower it or set it to 0"
+        )
     if not config.do_sample:
         tokens = scores.argmax(dim=-1)
         if not return_logprobs:
             return tokens, None
         return tokens, F.log_softmax(scores, dim=-1).gather(1, tokens[:, None]).squeeze(1)
-    return race_draw(scores, race_clocks(scores, generator), return_logprobs)
-
-
-def check_some_token_left(scores: torch.Tensor) -> None:
-    """Raise ValueError if every score of some row is -inf (reads the result back to the host)."""
-    if torch.isneginf(scores).all(dim=-1).any():
-        raise ValueError(
-            "every token of some row was removed (all scores are -inf); no_repeat_ngram_size can ban the "
-            "whole vocabulary on long sequences over a small vocab: lower it or set it to 0"
-        )
-
-
-def race_clocks(scores: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """E ~ Exp(1), one per score (batch, vocab) float32: the random numbers of one `race_draw`, the ones
-    torch.multinomial(probs, 1) draws from `generator` (None: the global RNG)."""
-    return torch.empty(scores.shape, dtype=torch.float32, device=scores.device).exponential_(1.0, generator=generator)
-
-
-def race_draw(scores: torch.Tensor, clocks: torch.Tensor,
-              return_logprobs: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Draw one token per row from softmax(scores) (batch, vocab) float32, given the race's `clocks`.
-
-    The exponential race: token = argmax_i p_i / E_i with E_i ~ Exp(1) independent. E_i / p_i is
-    exponential with rate p_i, and the smallest of such clocks is clock i with probability p_i / sum p.
-    It is how torch.multinomial draws one sample (same random numbers, same token), without its input
-    checks, each a read back to the host. Returns the tokens (batch,) and, if asked, their log-probs.
-    """
     logprobs_all = F.log_softmax(scores, dim=-1)  # (batch, vocab)
     probs = logprobs_all.exp()  # softmax(scores), the distribution drawn from
-    tokens = (probs / clocks).argmax(dim=-1, keepdim=True)  # (batch, 1)
+    # The exponential race: token = argmax_i p_i / E_i with E_i ~ Exp(1) independent. E_i / p_i is
+    # exponential with rate p_i, and the smallest of such clocks is clock i with probability p_i / sum p.
+    # It is how torch.multinomial draws one sample (same random numbers, same token), without its input
+    # checks, each a read back to the host.
+    race = torch.empty_like(probs).exponential_(1.0, generator=generator)
+    tokens = (probs / race).argmax(dim=-1, keepdim=True)  # (batch, 1)
     if not return_logprobs:
         return tokens.squeeze(1), None
     return tokens.squeeze(1), logprobs_all.gather(1, tokens).squeeze(1)
