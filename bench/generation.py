@@ -14,6 +14,9 @@ and top-p 0.9 on both sides (the same `SamplingConfig`, turned into transformers
 `hf_generate_kwargs`), so both run the same three warpers every step.
 The model is the lab's standard architecture with random weights (speed does not depend on them);
 transformers runs the same weights through `to_hf` (eager attention, its default dynamic cache).
+`lab-compiled` is the static cache with `generate(..., compile=True)`: its warm-up call compiles the
+decode step, and the "first call" column gives that call's seconds (every run is a new process, so each
+compiles again; TorchInductor's on-disk cache makes all but the first compilation of a shape shorter).
 """
 
 from __future__ import annotations
