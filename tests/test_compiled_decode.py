@@ -4,8 +4,9 @@ The compiled step attends over the whole static cache (the unwritten slots maske
 kernels sum in their own order, so log-probs agree to float32 rounding, not bit for bit; tokens must be
 the same (greedy, and sampled with the same generator: the processors and the draw run eagerly, as
 without compile). Compiling costs time once per shape: the first call here
-takes ~10-30 s on 2 cores (TorchInductor generates and builds C++ kernels; torch's on-disk cache makes
-later runs faster), which is why every test shares the one shape (6 prompts, 8 new tokens).
+takes ~10-20 s on 2 cores (TorchInductor generates and builds C++ kernels; torch's on-disk cache makes
+later runs faster), which is why the tests share one shape (6 prompts, 8 new tokens) and one more
+(2 samples per prompt). The file took 25 s here with an empty on-disk cache (load average 2.5).
 """
 
 from __future__ import annotations
@@ -62,11 +63,14 @@ def test_compiled_generate_equals_eager(shipped, name):
 
 
 def test_a_second_call_does_not_recompile(shipped):
-    """Same shapes, other prompts of the same width: torch's cache serves the compiled graphs. Under
+    """Same shapes, other prompts of the same width: torch's cache serves the compiled graph, also after a
+    call with other shapes (2 samples per prompt: twice the rows) compiled a second one. Under
     `fail_on_recompile` a recompilation raises, which the fallback would turn into a warning: an error here."""
     model, tokenizer = shipped
     config = CONFIGS["sampled"]
     generate(model, TEXTS, config, tokenizer=tokenizer, compile=True)
+    two = generate(model, TEXTS, config, tokenizer=tokenizer, compile=True, num_return_sequences=2)
+    assert_same_generation(model, two, generate(model, TEXTS, config, tokenizer=tokenizer, num_return_sequences=2))
     others = ["11+7=", "346+678=", "9+8=", "1001+23=", "5+56=", "88+1="]  # same lengths, same padding
     with torch.compiler.set_stance("fail_on_recompile"), warnings.catch_warnings():
         warnings.filterwarnings("error", FALLBACK)
