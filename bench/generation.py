@@ -33,7 +33,8 @@ import time
 from datetime import date
 
 SETTINGS = [(64, 32), (8, 256)]
-IMPLEMENTATIONS = ["lab-static", "lab-compiled", "lab-dynamic", "lab-paged", "lab-int8", "lab-nocache", "hf-generate"]
+IMPLEMENTATIONS = ["lab-static", "lab-compiled", "lab-dynamic", "lab-paged", "lab-int8", "lab-nocache",
+                   "hf-generate"]
 PROMPT_LEN = 8
 SAMPLING = ("greedy", "sampled")
 

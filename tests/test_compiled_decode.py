@@ -3,10 +3,10 @@
 The compiled step attends over the whole static cache (the unwritten slots masked) and its generated
 kernels sum in their own order, so log-probs agree to float32 rounding, not bit for bit; tokens must be
 the same (greedy, and sampled with the same generator: the processors and the draw run eagerly, as
-without compile). Compiling costs time once per shape: the first call here
-takes ~10-20 s on 2 cores (TorchInductor generates and builds C++ kernels; torch's on-disk cache makes
-later runs faster), which is why the tests share one shape (6 prompts, 8 new tokens) and one more
-(2 samples per prompt). The file took 25 s here with an empty on-disk cache (load average 2.5).
+without compile). Compiling costs time once per shape: the first call here takes ~10-20 s on 2 cores
+(TorchInductor generates and builds C++ kernels; its on-disk cache makes later runs faster), which is
+why the tests share one shape (6 prompts, 8 new tokens) and one more (2 samples per prompt). The file
+took 25 s with an empty on-disk cache (1-minute load average 2.5).
 """
 
 from __future__ import annotations
