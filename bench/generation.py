@@ -3,6 +3,8 @@
     python bench/generation.py            # prints a markdown table (tokens/s, ms/step, peak memory)
     python bench/generation.py --impls lab-static hf-generate --settings 64x32 8x256 --threads 2 \
         --sampling both --rounds 7       # the question of issue 12: the lab's sampler vs transformers'
+    python bench/generation.py --in-process --impls lab-static lab-compiled hf-generate --settings 64x32 \
+        --threads 2 --sampling both --rounds 9   # the same question, call by call in one process
 
 Every configuration runs in its own subprocess so that "peak memory" is that run's peak resident
 set size. The implementations take turns (A B A B ...) for `--rounds` rounds, so that a change of load
@@ -120,6 +122,40 @@ def count_ops(batch: int, new_tokens: int, sampling: str, threads: int | None) -
               f"ms per step (median of 5); most frequent: {top}")
 
 
+def in_process(impls: list[str], batch: int, new_tokens: int, sampling: str, rounds: int,
+               threads: int | None) -> None:
+    """Print one line: the implementations take turns call by call in this process (no new process per
+    run, so no import or compilation between the timed calls), `rounds` rounds after a warm-up; tokens/s
+    is the median over rounds, the ratio to hf-generate the median and quartiles of each round's ratio."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    calls = {impl: make_call(impl, batch, sampling) for impl in impls}
+    first = {}
+    for impl, call in calls.items():  # warm-up; lab-compiled compiles here
+        start = time.perf_counter()
+        call(new_tokens)
+        first[impl] = time.perf_counter() - start
+    seconds = {impl: [] for impl in calls}
+    loads = [os.getloadavg()[0]]
+    for _ in range(rounds):
+        for impl, call in calls.items():
+            start = time.perf_counter()
+            call(new_tokens)
+            seconds[impl].append(time.perf_counter() - start)
+    loads.append(os.getloadavg()[0])
+    parts = []
+    for impl, times in seconds.items():
+        part = f"{impl} {batch * new_tokens / statistics.median(times):.0f} tok/s (first call {first[impl]:.1f} s)"
+        if "hf-generate" in seconds and impl != "hf-generate":
+            q = statistics.quantiles([h / t for h, t in zip(seconds["hf-generate"], times)], n=4)
+            part += f" {q[1]:.2f}x hf (quartiles {q[0]:.2f}-{q[2]:.2f})"
+        parts.append(part)
+    print(f"{batch}x{new_tokens} {sampling}, {torch.get_num_threads()} threads, {rounds} rounds, 1-minute load "
+          f"average {min(loads):.2f}-{max(loads):.2f}: " + "; ".join(parts), flush=True)
+
+
 def make_call(impl: str, batch: int, sampling: str):
     """call(new_tokens): one generation of `impl` on the benchmark's model and prompts."""
     import torch
@@ -165,6 +201,8 @@ def main() -> None:
                         help="greedy, sampled (temperature 0.7, top-k 20, top-p 0.9) or both")
     parser.add_argument("--count-ops", action="store_true",
                         help="instead of the table: aten ops and ms per decode step, lab-static and hf-generate")
+    parser.add_argument("--in-process", action="store_true",
+                        help="instead of the table: the implementations take turns call by call in one process")
     parser.add_argument("--settings", nargs="*", default=[f"{b}x{n}" for b, n in SETTINGS],
                         help="batch x new tokens, e.g. 64x32 8x256")
     args = parser.parse_args()
@@ -182,6 +220,11 @@ def main() -> None:
         return
     settings = [tuple(int(v) for v in item.split("x")) for item in args.settings]
     modes = SAMPLING if args.sampling == "both" else (args.sampling,)
+    if args.in_process:
+        for batch, new in settings:
+            for sampling in modes:
+                in_process(args.impls, batch, new, sampling, args.rounds, args.threads)
+        return
     threads = ["--threads", str(args.threads)] if args.threads else []
     runs: dict[tuple, list[dict]] = {}
     loads = [os.getloadavg()[0]]
