@@ -3,6 +3,8 @@
     python bench/generation.py            # prints a markdown table (tokens/s, ms/step, peak memory)
     python bench/generation.py --impls lab-static hf-generate --settings 64x32 8x256 --threads 2 \
         --sampling both --rounds 7       # the question of issue 12: the lab's sampler vs transformers'
+    python bench/generation.py --in-process --impls lab-static lab-compiled hf-generate --settings 64x32 \
+        --threads 2 --sampling both --rounds 9   # the same question, call by call in one process
 
 Every configuration runs in its own subprocess so that "peak memory" is that run's peak resident
 set size. The implementations take turns (A B A B ...) for `--rounds` rounds, so that a change of load
@@ -14,6 +16,9 @@ and top-p 0.9 on both sides (the same `SamplingConfig`, turned into transformers
 `hf_generate_kwargs`), so both run the same three warpers every step.
 The model is the lab's standard architecture with random weights (speed does not depend on them);
 transformers runs the same weights through `to_hf` (eager attention, its default dynamic cache).
+`lab-compiled` is the static cache with `generate(..., compile=True)`: its warm-up call compiles the
+decode step, and the "first call" column gives that call's seconds (every run is a new process, so each
+compiles again; TorchInductor's on-disk cache makes all but the first compilation of a shape shorter).
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ import time
 from datetime import date
 
 SETTINGS = [(64, 32), (8, 256)]
-IMPLEMENTATIONS = ["lab-static", "lab-dynamic", "lab-paged", "lab-int8", "lab-nocache", "hf-generate"]
+IMPLEMENTATIONS = ["lab-static", "lab-compiled", "lab-dynamic", "lab-paged", "lab-int8", "lab-nocache",
+                   "hf-generate"]
 PROMPT_LEN = 8
 SAMPLING = ("greedy", "sampled")
 
@@ -55,7 +61,9 @@ def run_one(impl: str, batch: int, new_tokens: int, repeats: int, threads: int |
     def call():
         generate_tokens(new_tokens)
 
-    call()  # warm-up
+    start = time.perf_counter()
+    call()  # warm-up (lab-compiled: the compilation, unless torch's on-disk cache has it already)
+    first = time.perf_counter() - start
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -65,6 +73,7 @@ def run_one(impl: str, batch: int, new_tokens: int, repeats: int, threads: int |
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     peak = rss if sys.platform == "darwin" else rss * 1024
     return {"impl": impl, "sampling": sampling, "batch": batch, "new_tokens": new_tokens, "seconds": best,
+            "first_call_s": first,
             "tokens_per_s": batch * new_tokens / best, "ms_per_step": 1000 * best / new_tokens,
             "peak_mib": peak / 2**20, "threads": torch.get_num_threads()}
 
@@ -113,6 +122,40 @@ def count_ops(batch: int, new_tokens: int, sampling: str, threads: int | None) -
               f"ms per step (median of 5); most frequent: {top}")
 
 
+def in_process(impls: list[str], batch: int, new_tokens: int, sampling: str, rounds: int,
+               threads: int | None) -> None:
+    """Print one line: the implementations take turns call by call in this process (no new process per
+    run, so no import or compilation between the timed calls), `rounds` rounds after a warm-up; tokens/s
+    is the median over rounds, the ratio to hf-generate the median and quartiles of each round's ratio."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    calls = {impl: make_call(impl, batch, sampling) for impl in impls}
+    first = {}
+    for impl, call in calls.items():  # warm-up; lab-compiled compiles here
+        start = time.perf_counter()
+        call(new_tokens)
+        first[impl] = time.perf_counter() - start
+    seconds = {impl: [] for impl in calls}
+    loads = [os.getloadavg()[0]]
+    for _ in range(rounds):
+        for impl, call in calls.items():
+            start = time.perf_counter()
+            call(new_tokens)
+            seconds[impl].append(time.perf_counter() - start)
+    loads.append(os.getloadavg()[0])
+    parts = []
+    for impl, times in seconds.items():
+        part = f"{impl} {batch * new_tokens / statistics.median(times):.0f} tok/s (first call {first[impl]:.1f} s)"
+        if "hf-generate" in seconds and impl != "hf-generate":
+            q = statistics.quantiles([h / t for h, t in zip(seconds["hf-generate"], times)], n=4)
+            part += f" {q[1]:.2f}x hf (quartiles {q[0]:.2f}-{q[2]:.2f})"
+        parts.append(part)
+    print(f"{batch}x{new_tokens} {sampling}, {torch.get_num_threads()} threads, {rounds} rounds, 1-minute load "
+          f"average {min(loads):.2f}-{max(loads):.2f}: " + "; ".join(parts), flush=True)
+
+
 def make_call(impl: str, batch: int, sampling: str):
     """call(new_tokens): one generation of `impl` on the benchmark's model and prompts."""
     import torch
@@ -137,11 +180,12 @@ def make_call(impl: str, batch: int, sampling: str):
                                   eos_token_id=None, **sampling_config(sampling, new_tokens).hf_generate_kwargs())
             assert out.shape == (batch, PROMPT_LEN + new_tokens), out.shape
         return call
-    cache = {"lab-static": "static", "lab-dynamic": "dynamic", "lab-paged": "paged",
+    cache = {"lab-static": "static", "lab-compiled": "static", "lab-dynamic": "dynamic", "lab-paged": "paged",
              "lab-int8": "int8", "lab-nocache": "none"}[impl]
 
     def call(new_tokens):
-        out = generate(model, prompts, sampling_config(sampling, new_tokens), cache=cache, stop_at_eos=False)
+        out = generate(model, prompts, sampling_config(sampling, new_tokens), cache=cache, stop_at_eos=False,
+                       compile=impl == "lab-compiled")
         assert out.completion_ids.shape == (batch, new_tokens), out.completion_ids.shape
     return call
 
@@ -157,6 +201,8 @@ def main() -> None:
                         help="greedy, sampled (temperature 0.7, top-k 20, top-p 0.9) or both")
     parser.add_argument("--count-ops", action="store_true",
                         help="instead of the table: aten ops and ms per decode step, lab-static and hf-generate")
+    parser.add_argument("--in-process", action="store_true",
+                        help="instead of the table: the implementations take turns call by call in one process")
     parser.add_argument("--settings", nargs="*", default=[f"{b}x{n}" for b, n in SETTINGS],
                         help="batch x new tokens, e.g. 64x32 8x256")
     args = parser.parse_args()
@@ -174,6 +220,11 @@ def main() -> None:
         return
     settings = [tuple(int(v) for v in item.split("x")) for item in args.settings]
     modes = SAMPLING if args.sampling == "both" else (args.sampling,)
+    if args.in_process:
+        for batch, new in settings:
+            for sampling in modes:
+                in_process(args.impls, batch, new, sampling, args.rounds, args.threads)
+        return
     threads = ["--threads", str(args.threads)] if args.threads else []
     runs: dict[tuple, list[dict]] = {}
     loads = [os.getloadavg()[0]]
@@ -191,7 +242,8 @@ def main() -> None:
         loads.append(os.getloadavg()[0])
     rows = [{**group[0], "tokens_per_s": statistics.median(r["tokens_per_s"] for r in group),
              "ms_per_step": statistics.median(r["ms_per_step"] for r in group),
-             "peak_mib": max(r["peak_mib"] for r in group), "per_round": [r["tokens_per_s"] for r in group]}
+             "peak_mib": max(r["peak_mib"] for r in group), "per_round": [r["tokens_per_s"] for r in group],
+             "first_call_s": max(r["first_call_s"] for r in group)}
             for group in runs.values()]
     print(f"Generation benchmark, {date.today()}, {platform.machine()} {platform.processor() or ''}, "
           f"{os.cpu_count()} cores, {rows[0]['threads']} torch threads, torch {torch.__version__}, python "
@@ -199,8 +251,8 @@ def main() -> None:
           f"1-minute load average {min(loads):.2f}-{max(loads):.2f} (per round: "
           f"{', '.join(f'{v:.2f}' for v in loads)})\n")
     print("| decoding | implementation | batch x new tokens | tokens/s (median) | ms/step | peak RSS (MiB) "
-          "| vs hf-generate (median, range) |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: |")
+          "| first call (s, max) | vs hf-generate (median, range) |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for sampling in modes:
         for batch, new in settings:
             group = [r for r in rows if (r["sampling"], r["batch"], r["new_tokens"]) == (sampling, batch, new)]
@@ -211,7 +263,7 @@ def main() -> None:
                     ratios = [a / b for a, b in zip(r["per_round"], hf["per_round"])]
                     ratio = f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
                 print(f"| {sampling} | {r['impl']} | {batch} x {new} | {r['tokens_per_s']:.0f} | "
-                      f"{r['ms_per_step']:.2f} | {r['peak_mib']:.0f} | {ratio} |")
+                      f"{r['ms_per_step']:.2f} | {r['peak_mib']:.0f} | {r['first_call_s']:.2f} | {ratio} |")
     for sampling in modes:
         for batch, new in settings:
             group = {r["impl"]: r for r in rows if (r["sampling"], r["batch"], r["new_tokens"]) == (sampling, batch, new)}

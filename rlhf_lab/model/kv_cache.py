@@ -118,3 +118,23 @@ class StaticCache:
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.keys + self.values)
+
+
+class FixedShapeCache:
+    """A `StaticCache` seen with shapes that never change: what a compiled decode step needs.
+
+    `StaticCache.update` writes at a Python int (its length) and returns the filled prefix, so the key
+    length S grows by one every step: a new shape each step, and a compiled graph would be rebuilt each
+    step. Here the write position is a tensor (`index_copy_` at `position`) and `update` returns the
+    whole (B, K, max_len, D) buffers; the caller's attention mask hides the slots not written yet (their
+    softmax weight is exactly 0). The `StaticCache`'s own `length` is left to the caller to advance.
+    """
+
+    def __init__(self, cache: StaticCache, position: torch.Tensor) -> None:
+        self.keys, self.values = cache.keys, cache.values
+        self.position = position.reshape(1)  # (1,) long: the slot the new token goes to
+
+    def update(self, layer_idx, key, value):
+        self.keys[layer_idx].index_copy_(2, self.position, key)
+        self.values[layer_idx].index_copy_(2, self.position, value)
+        return self.keys[layer_idx], self.values[layer_idx]
