@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from ..model.kv_cache import FixedShapeCache, StaticCache
+from ..model.rope import rope_factors
 
 CACHE_LENGTH_MULTIPLE = 16  # compiled calls size their cache in steps of this many positions
 
@@ -48,13 +49,14 @@ def decode_step(model, tokens: torch.Tensor, position: torch.Tensor, cache: Stat
         cache: the call's `StaticCache`; slot `position` of every layer is written in place.
         visible: (N, max_len) bool, False at left padding (the keys no token may see).
         offsets: (N,) long, each row's padding count: a token at column c has position c - offset.
-        rope_table: `model.rotary_emb.cos_sin_table(max_len)`, read before (it may build the table).
+        rope_table: `rope_factors` of `model.rotary_emb.cos_sin_table(max_len)`, made once per call: the
+            (max_len, D') tables every layer's `rotate` multiplies by (D' = D, or D/2 for interleaved pairs).
     """
     slots = torch.arange(visible.shape[1], device=visible.device)
     mask = (visible & (slots <= position))[:, None, None, :]  # (N, 1, 1, max_len): written, not padding
     position_ids = (position - offsets)[:, None]  # (N, 1), as default_position_ids numbers them
     cos_table, sin_table = rope_table
-    cos = F.embedding(position_ids, cos_table)[:, None]  # (N, 1, 1, D/2): the same angle for every head
+    cos = F.embedding(position_ids, cos_table)[:, None]  # (N, 1, 1, D'): the same angle for every head
     sin = F.embedding(position_ids, sin_table)[:, None]
     slot_cache = FixedShapeCache(cache, position)
     x = model.model.embed_tokens(tokens[:, None])  # (N, 1, C)
@@ -129,7 +131,7 @@ class CompiledSteps:
         self.model, self.cache = model, cache
         self.visible = torch.cat([prompt_mask != 0, torch.ones(N, cache.max_len - P, dtype=torch.bool, device=device)], 1)
         self.offsets = P - prompt_mask.sum(1)  # (N,) padding count of each row
-        self.rope_table = model.rotary_emb.cos_sin_table(cache.max_len)
+        self.rope_table = rope_factors(*model.rotary_emb.cos_sin_table(cache.max_len), model.config.rope_interleaved)
         self.position = torch.zeros((), dtype=torch.long, device=device)
         self.forward = CompiledFunction(decode_step)
 
