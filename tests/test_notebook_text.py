@@ -242,3 +242,60 @@ def test_prose_numbers_come_from_committed_outputs(path):
     findings = check_notebook(nbformat.read(path, as_version=4), path.name)
     assert not findings, f"{len(findings)} number(s) in the prose of {path.name} that no output above supports:\n" + (
         "\n".join(f"  {f}" for f in findings))
+
+
+# Printed source: cells that show the package's code with `inspect.getsource` keep what they printed
+# when they last ran. The code may change after that; a reader must never see code the package no
+# longer has, so every printed def/class block must still be in rlhf_lab/ verbatim.
+PACKAGE_SOURCE = "\n".join(p.read_text() for p in sorted((NOTEBOOK_DIR.parent / "rlhf_lab").rglob("*.py")))
+
+
+def printed_blocks(text: str) -> list[str]:
+    """The def/class blocks in printed text: decorators, the header line, then every line that is blank,
+    indented deeper, or closes a multi-line signature (`) -> ...:` at the header's indentation), up to a
+    definition after a blank line (a method printed after a function; a nested def is checked on its own)."""
+    lines, blocks, i = text.splitlines(), [], 0
+    while i < len(lines):
+        start, stripped = i, lines[i].lstrip()
+        while stripped.startswith("@") and i + 1 < len(lines):  # decorators belong to the def below
+            i += 1
+            stripped = lines[i].lstrip()
+        if not stripped.startswith(("def ", "class ", "async def ")):
+            i = start + 1
+            continue
+        indent = len(lines[i]) - len(stripped)
+        i += 1
+        while i < len(lines) and (not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > indent
+                                  or lines[i].lstrip().startswith(")")):
+            if not lines[i - 1].strip() and lines[i].lstrip().startswith(("def ", "class ", "async def ", "@")):
+                break  # after a blank line, a new definition: the next printed block (or a nested one)
+            i += 1
+        block = "\n".join(lines[start:i]).rstrip()
+        blocks.append(block.removesuffix("\n...").removesuffix("..."))  # "..." ends a deliberately cut print
+    return blocks
+
+
+def source_printed_by(path: Path) -> list[str]:
+    nb = nbformat.read(path, as_version=4)
+    return [block for cell in nb.cells if cell.cell_type == "code" and "getsource" in cell.source
+            for output in cell.outputs if output.output_type == "stream"
+            for block in printed_blocks(output.text)]
+
+
+def test_printed_blocks_are_found_and_a_changed_line_is_not_in_the_package():
+    blocks = [block for path in NOTEBOOKS for block in source_printed_by(path)]
+    assert len(blocks) >= 10, "expected the notebooks to print the package's code in several places"
+    text = ("note\ndef f(x):\n    return x\n\n    # inside\nprint me\n    @property\n    def g(\n        self,\n"
+            "    ) -> int:\n        return 1\n\n    def h(self):\n        pass\n")
+    assert printed_blocks(text) == ["def f(x):\n    return x\n\n    # inside",
+                                    "    @property\n    def g(\n        self,\n    ) -> int:\n        return 1",
+                                    "    def h(self):\n        pass"]
+    changed = blocks[0].replace("\n", "\n# a line the package does not have\n", 1)
+    assert changed not in PACKAGE_SOURCE
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_printed_source_is_the_package_source(path):
+    stale = [block.splitlines()[0].strip() for block in source_printed_by(path) if block not in PACKAGE_SOURCE]
+    assert not stale, (f"{path.name} prints code the package no longer has ({stale}): re-run the notebook "
+                       "(python -m rlhf_lab.notebook_runner) and check the prose around it")
