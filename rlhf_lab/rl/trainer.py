@@ -232,10 +232,11 @@ class Trainer(TrainingLoop):
         the answer. Empty for other tasks or a custom reward function."""
         if self.task.rewards is None or not isinstance(self.reward_fn, WeightedReward) or rollout.examples is None:
             return {}
-        breakdown = self.reward_fn.breakdown
         decoded = [self.tokenizer.decode_until_eos(row) for row in rollout.completion_ids.tolist()]
-        parts = [breakdown(e.prompt, text, e.answer, done) for e, (text, done) in zip(rollout.examples, decoded)]
-        return {f"reward_{name}": sum(p[name] for p in parts) / len(parts) for name in parts[0]}
+        texts, finished = [text for text, _ in decoded], [done for _, done in decoded]
+        parts = self.reward_fn.breakdown_batch([e.prompt for e in rollout.examples], texts,
+                                               [e.answer for e in rollout.examples], finished)
+        return {f"reward_{name}": sum(values) / len(values) for name, values in parts.items()}
 
     def reference_logprobs(self, rollout: Rollout) -> torch.Tensor:
         """(N, T) log pi_ref of the rollout's tokens: the frozen copy (moved to the device for this
