@@ -249,3 +249,17 @@ def test_cli_trains_a_folder_on_countdown(folder, tmp_path, capsys):
     assert reloaded.config.model_type == "qwen3" and isinstance(tokenizer, HFTokenizer) and meta["step"] == 1
     with pytest.raises(SystemExit):
         main(["train", "--algo", "grpo", "--model", str(folder), "--init", "addition_rl_start", "--out", str(tmp_path)])
+
+
+def test_reward_parts_are_the_mean_of_each_named_reward_over_the_rollout(folder):
+    # The think/answer task logs reward_<name> per step: each the mean over the rollout of that reward,
+    # scored over the batch (breakdown_batch) with the same values as completion by completion.
+    trainer = trainer_for(folder)
+    rollout = trainer.collect_rollout()
+    parts = trainer.reward_parts(rollout)
+    assert set(parts) == {f"reward_{name}" for name in trainer.reward_fn.weights} and len(parts) >= 2
+    decoded = [trainer.tokenizer.decode_until_eos(row) for row in rollout.completion_ids.tolist()]
+    one_by_one = [trainer.reward_fn.breakdown(e.prompt, text, e.answer, done)
+                  for e, (text, done) in zip(rollout.examples, decoded)]
+    for name in trainer.reward_fn.weights:
+        assert parts[f"reward_{name}"] == sum(p[name] for p in one_by_one) / len(one_by_one)
