@@ -4,6 +4,7 @@
     python bench/trl_race.py --check                            # step 1 computes the same thing in both
     python bench/trl_race.py --rounds 3 --budget 60             # the race: s/step, accuracy after equal time
     python bench/trl_race.py --rounds 3 --budget 30 --clock cpu # the same on a machine shared with other jobs
+    python bench/trl_race.py --rounds 3 --budget 60 --lab-without-kl-metric   # + the matched lab (below)
 
 `--check` lets TRL sample one batch (32 prompts x 8 completions) from the shipped `addition_rl_start`
 checkpoint and take its first step; the lab then scores the very same token ids with its own trainer
@@ -22,6 +23,13 @@ problems, measured for both by the lab's `greedy_accuracy` (TRL's final model co
 `from_hf`). The table gives the median over rounds, the median and range of the per-round ratio
 TRL / lab (> 1: the lab is faster), the load average and the torch thread count; `--out` keeps
 every run's step times.
+
+`--lab-without-kl-metric` races a third trainer in every round (lab, lab without KL metric, TRL, ...):
+the lab with `kl_metric_samples=0`, the matched setting. At beta = 0 TRL builds no reference model
+and logs no KL; the default lab still runs its frozen reference on 32 completions per step for the
+KL-to-reference columns of its dashboard (a metric, not part of the loss). With the metric off the lab
+runs no reference forward at all and computes what TRL computes; the table then gives TRL's time over
+each lab's, both measured in the same interleaved run.
 
 Matched (SETTINGS below, with TRL's names): 32 prompts x num_generations 8 = one generation batch of
 256 completions and one optimiser step per batch (TRL: per_device_train_batch_size 256,
@@ -47,7 +55,7 @@ Not matched (each library does it its own way):
   num_iterations; the lab: the same rule).
 - Reference model: at beta = 0 TRL builds none; the lab keeps a frozen copy and, for its KL metric
   only, runs it on `kl_metric_samples` (32, one per prompt) of the 256 completions every step:
-  lab overhead.
+  lab overhead. Matched by `--lab-without-kl-metric` (kl_metric_samples=0: no reference forward).
 - Teacher-forced forward: the lab computes each distinct prompt once and shares its keys and values
   with its G completions; TRL runs the whole prompt + completion row for each completion.
 - Log-probs: TRL patches the model with a fused, tiled LM head (log-probs and entropy without the full
@@ -240,9 +248,16 @@ class LabClock(Callback):
             trainer.request_stop("budget")
 
 
-def run_lab(seed: int, budget: float | None, steps: int | None, budget_clock: str) -> dict:
+# The lab's variants in the race: its defaults, and the setting matched to TRL at beta = 0 (no KL
+# metric, so no reference forward: TRL builds no reference model).
+LAB_VARIANTS = {"lab": {}, "lab-no-kl": {"kl_metric_samples": 0}}
+TRAINER_NAMES = {"lab": "lab rl.Trainer", "lab-no-kl": "lab rl.Trainer, no KL metric (matched)",
+                 "trl": "TRL GRPOTrainer"}
+
+
+def run_lab(seed: int, budget: float | None, steps: int | None, budget_clock: str, variant: str = "lab") -> dict:
     clock = Clock(budget, steps, budget_clock)
-    trainer = Trainer(lab_config(seed, steps=10**9))
+    trainer = Trainer(lab_config(seed, steps=10**9, **LAB_VARIANTS[variant]))
     trainer.train(steps=0)  # row 0 (the start) outside the clock
     trainer.add_callback(LabClock(clock))
     trainer.train()
@@ -274,8 +289,10 @@ def run_trl(seed: int, budget: float | None, steps: int | None, budget_clock: st
 
 def worker(args) -> None:
     torch.set_num_threads(args.threads)
-    run = {"lab": run_lab, "trl": run_trl}[args.worker]
-    result = run(args.seed, args.budget, args.steps, args.clock)
+    if args.worker == "trl":
+        result = run_trl(args.seed, args.budget, args.steps, args.clock)
+    else:
+        result = run_lab(args.seed, args.budget, args.steps, args.clock, variant=args.worker)
     result["threads"] = torch.get_num_threads()  # after training: neither library changed it
     print(json.dumps(result))
 
@@ -299,17 +316,17 @@ def race(args) -> None:
     import transformers
     import trl
 
-    runs = {"lab": [], "trl": []}
+    runs = {"lab": [], "lab-no-kl": [], "trl": []} if args.lab_without_kl_metric else {"lab": [], "trl": []}
     for round_ in range(args.rounds):
-        for name in runs:  # lab, TRL, lab, TRL, ...: load drift hits both alike
+        for name in runs:  # lab, TRL, lab, TRL, ...: load drift hits every trainer alike
             runs[name].append(spawn(name, round_, args))
             r = runs[name][-1]
-            print(f"round {round_ + 1} {name:3s} seed {round_}: {r['steps']} steps in {r['wall_train_s']:.1f} s "
+            print(f"round {round_ + 1} {name:9s} seed {round_}: {r['steps']} steps in {r['wall_train_s']:.1f} s "
                   f"({r['cpu_train_s']:.1f} s CPU), {r['wall_step_s'] * 1000:.0f} ms/step ({r['cpu_step_s'] * 1000:.0f} "
                   f"CPU; medians, step 1 excluded), accuracy {r['accuracy']:.3f}, "
                   f"load {r['load'][0]:.2f}-{r['load'][1]:.2f}", flush=True)
     if args.out:
-        Path(args.out).write_text(json.dumps(runs["lab"] + runs["trl"], indent=1))
+        Path(args.out).write_text(json.dumps([r for rs in runs.values() for r in rs], indent=1))
     loads = [load for rs in runs.values() for r in rs for load in r["load"]]
     limit = f"{args.budget:g} s ({args.clock} clock)" if args.budget is not None else f"{args.steps} steps"
     threads = sorted({r["threads"] for rs in runs.values() for r in rs})
@@ -318,7 +335,7 @@ def race(args) -> None:
           f"transformers {transformers.__version__}, trl {trl.__version__}; 1-minute load average "
           f"{min(loads):.2f}-{max(loads):.2f}; {args.rounds} interleaved rounds of {limit} per run\n")
     print("| trainer | s/step | CPU s/step | steps | accuracy after the run (round 1, 2, ...) | mean accuracy "
-          "| TRL / lab s/step (median, range) | TRL / lab CPU s/step (median, range) |")
+          "| TRL / this s/step (median, range) | TRL / this CPU s/step (median, range) |")
     print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
     for name, rs in runs.items():
         accuracies = [r["accuracy"] for r in rs]
@@ -326,10 +343,10 @@ def race(args) -> None:
         spread = (f"{statistics.stdev(accuracies) / math.sqrt(len(accuracies)):.3f} (s.e. over seeds)" if len(rs) > 1
                   else f"{standard_error(mean, rs[0]['n_test']):.3f} (binomial s.e.)")
         ratios = []
-        for clock in ("wall", "cpu"):
-            r = [t[f"{clock}_step_s"] / lab[f"{clock}_step_s"] for lab, t in zip(runs["lab"], runs["trl"])]
-            ratios.append(f"{statistics.median(r):.2f}x ({min(r):.2f}-{max(r):.2f})" if name == "trl" else "1.00x")
-        print(f"| {'lab rl.Trainer' if name == 'lab' else 'TRL GRPOTrainer'} | "
+        for clock in ("wall", "cpu"):  # TRL's step over this trainer's, round by round (> 1: this one is faster)
+            r = [t[f"{clock}_step_s"] / this[f"{clock}_step_s"] for this, t in zip(rs, runs["trl"])]
+            ratios.append(f"{statistics.median(r):.2f}x ({min(r):.2f}-{max(r):.2f})")
+        print(f"| {TRAINER_NAMES[name]} | "
               f"{statistics.median(r['wall_step_s'] for r in rs):.3f} | {statistics.median(r['cpu_step_s'] for r in rs):.3f} | "
               f"{statistics.median(r['steps'] for r in rs):.0f} | {', '.join(f'{a:.3f}' for a in accuracies)} | "
               f"{mean:.3f} +- {spread} | {' | '.join(ratios)} |")
@@ -471,7 +488,9 @@ def main() -> None:
                         help="what --budget counts: wall time, or the process's CPU time (fairer on a loaded machine)")
     parser.add_argument("--seed", type=int, default=0, help="--check's seed (the race uses seed = round)")
     parser.add_argument("--out", default=None, help="also write every run (with each step's time) to this JSON file")
-    parser.add_argument("--worker", choices=("lab", "trl"), help=argparse.SUPPRESS)
+    parser.add_argument("--lab-without-kl-metric", action="store_true",
+                        help="also race the lab with kl_metric_samples=0 (no reference forward, as TRL at beta = 0)")
+    parser.add_argument("--worker", choices=tuple(TRAINER_NAMES), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.budget is None and args.steps is None:
         args.budget = 60.0

@@ -86,8 +86,10 @@ def test_no_reference_forward_over_the_batch_when_the_loss_does_not_use_it():
     seen = count_reference_rows(with_kl)
     with_kl.train_step()
     assert 16 in seen  # the whole batch's completions (its distinct prompts: fewer rows)
-    off = trainer_for(kl_metric_samples=0).train_step()
-    assert math.isnan(off["kl_k1"]) and math.isnan(off["kl_k3"])
+    off = trainer_for(kl_metric_samples=0)  # no KL metric: no reference forward at all (TRL at beta = 0)
+    seen = count_reference_rows(off)
+    row = off.train_step()
+    assert seen == [] and math.isnan(row["kl_k1"]) and math.isnan(row["kl_k3"])
 
 
 def test_kl_metric_sample_of_the_whole_batch_is_the_batch_kl():

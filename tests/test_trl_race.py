@@ -57,3 +57,19 @@ def test_first_step_matches_trl(trl_race):
     norm on that batch agree within the tolerances the script derives from float32 rounding."""
     pytest.importorskip("trl", reason="trl is the optional 'bench' extra: pip install -e .[bench]")
     assert trl_race.check(argparse.Namespace(threads=1, seed=0))
+
+
+def test_matched_lab_differs_from_the_default_only_by_its_kl_metric(trl_race):
+    """--lab-without-kl-metric: the same config but kl_metric_samples=0, and then the step runs no
+    reference forward (TRL at beta = 0 builds no reference model)."""
+    from rlhf_lab.rl import Trainer
+
+    default = trl_race.lab_config(seed=0).to_dict()
+    matched = trl_race.lab_config(seed=0, **trl_race.LAB_VARIANTS["lab-no-kl"]).to_dict()
+    assert {k for k in default if default[k] != matched[k]} == {"kl_metric_samples"}
+    assert matched["kl_metric_samples"] == 0 and default["kl_metric_samples"] > 0
+    trainer = Trainer(trl_race.lab_config(seed=0, prompts_per_step=4, **trl_race.LAB_VARIANTS["lab-no-kl"]))
+    calls = []
+    trainer.ref_model.register_forward_pre_hook(lambda module, args: calls.append(args[0].shape))
+    trainer.train_step()
+    assert calls == []
