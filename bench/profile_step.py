@@ -2,6 +2,7 @@
 
     python bench/profile_step.py                   # 32 prompts x 8 completions, shipped checkpoint, defaults
     python bench/profile_step.py --algo gspo --steps 10 --threads 1
+    python bench/profile_step.py --steps 10 --ops    # and the top aten ops of the update and the decode loop
 
 The step is taken apart with the trainer's public pieces and each piece is timed on its own, `--steps`
 times after two warm-up steps (median reported):
@@ -21,6 +22,13 @@ measured at the same shapes (`torch.nn.functional.linear`, the op the model uses
 the phase run on 1 row instead of N (same lengths, almost no arithmetic) over the phase on N rows,
 i.e. the part of the time that is Python and op dispatch rather than arithmetic. All times are
 CPU seconds of this process (steady on a shared machine; with 1 thread, equal to wall time when idle).
+
+--ops: `torch.profiler` (with input shapes) over `--steps` updates (forward with entropy, loss,
+backward, on one rollout) and `--steps` rollouts' `generate` calls, each after a warm-up call; the top
+aten ops by self CPU time per call, with their shapes and count per call, and for the matmuls (mm, bmm,
+addmm) their FLOPs and the GFLOP/s they reached against the F.linear throughput measured here. Self
+times under the profiler include its own overhead (a few us per op), so the op table's total exceeds
+the phase times above.
 """
 
 # The timed lambdas below are called at once, inside the loop iteration that defines them, so binding
@@ -74,11 +82,52 @@ def forward_flops(config, rows: int, positions: int, keys: float, logits: int) -
     return 2 * rows * (positions * L * (projections + attention) + logits * C * config.vocab_size)
 
 
+MATMULS = ("aten::mm", "aten::bmm", "aten::addmm")
+
+
+def matmul_flops(name: str, shapes: list) -> float:
+    """2 x multiply-adds of a matmul op from its input shapes ((a, b) @ (b, c); batched (n, a, b) @ (n, b, c);
+    addmm's bias first); 0 for any other op."""
+    if name not in MATMULS:
+        return 0.0
+    left, right = shapes[-2:]
+    batch = left[0] if name == "aten::bmm" else 1
+    return 2.0 * batch * left[-2] * left[-1] * right[-1]
+
+
+def op_table(title: str, fn, calls: int, gflops: float, top: int = 25) -> None:
+    """Profile `calls` calls of fn (after one warm-up call) and print the top aten ops by self CPU time per call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for _ in range(calls):
+            fn()
+    ops = [e for e in prof.key_averages(group_by_input_shape=True) if e.key.startswith("aten::")]
+    total = sum(e.self_cpu_time_total for e in ops) / calls / 1e3  # ms per call
+    matmul = sum(e.self_cpu_time_total for e in ops if e.key in MATMULS) / calls / 1e3
+    flops = sum(matmul_flops(e.key, e.input_shapes) * e.count for e in ops) / calls
+    count = sum(e.count for e in ops) / calls
+    print(f"\n{title}: {count:.0f} aten calls per call (nested ones included), self CPU {total:.1f} ms per call under the "
+          f"profiler, of which matmuls {matmul:.1f} ms for {flops / 1e6:.0f} MFLOP ({flops / max(matmul, 1e-9) / 1e6:.0f} "
+          f"GFLOP/s; F.linear alone: {gflops:.0f} GFLOP/s, so {flops / gflops / 1e6:.1f} ms at that rate)\n")
+    print("| op | input shapes | calls | self CPU ms | share | MFLOP | GFLOP/s |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for e in sorted(ops, key=lambda e: -e.self_cpu_time_total)[:top]:
+        ms = e.self_cpu_time_total / calls / 1e3
+        mflop = matmul_flops(e.key, e.input_shapes) * e.count / calls / 1e6
+        cells = [f"{mflop:.1f}", f"{mflop / ms:.0f}"] if mflop else ["-", "-"]
+        shapes = ", ".join(str(list(shape)) for shape in e.input_shapes if shape)
+        print(f"| {e.key.removeprefix('aten::')} | {shapes} | {e.count / calls:.0f} | {ms:.2f} | {ms / total:.0%} | "
+              f"{' | '.join(cells)} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algo", default="grpo")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--ops", action="store_true", help="also the top aten ops of the update and the decode loop")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     load = [os.getloadavg()[0]]
@@ -205,6 +254,29 @@ def main() -> None:
     print(f"\nFLOPs of a step (without the skipped full reference forward): {total_flops / 1e9:.2f} GFLOP; "
           f"floor {total_flops / gflops_update / 1e6:.1f} ms at the update's throughput; the step takes "
           f"{step * 1e3:.1f} ms ({step / (total_flops / gflops_update / 1e9):.0f}x the floor).")
+    if args.ops:
+        with torch.no_grad():
+            rollout = trainer.collect_rollout(with_reference=False)
+        trainer.algorithm.compute_advantages(rollout)
+
+        def update():
+            policy_out = trainer.policy_outputs(rollout, with_entropy=True)
+            rollout.old_logprobs = policy_out.logprobs.detach()
+            loss, _ = trainer.algorithm.loss(rollout, policy_out)
+            trainer.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+
+        def rollout_generate():
+            policy.eval()
+            with torch.no_grad():
+                generate(policy, prompts, sampler.sampling, num_return_sequences=G, generator=sampler.sample_generator)
+            policy.train()
+
+        P, T = rollout.prompt_width, rollout.completion_ids.shape[1]
+        op_table(f"Update, forward (with entropy) + loss + backward, {len(rollout)} rows, prompt width {P}, "
+                 f"{T} completion tokens", update, args.steps, gflops_update)
+        op_table(f"Rollout, generate ({c.prompts_per_step} prompts x {G}: prefill, decode loop, sampling)",
+                 rollout_generate, args.steps, gflops_decode)
 
 
 if __name__ == "__main__":
