@@ -129,9 +129,6 @@ class Attention(nn.Module):
 
 
 SOFTMAX_MIN_KEYS = 16  # grouped_attention pads shorter key axes to this many on the CPU
-# torch's CPU bmm multiplies matrices of fewer multiply-adds than this (rows x inner x columns) in a plain
-# loop (ATen's small-matrix path)
-BMM_SCALAR_LOOP_MACS = 400
 
 
 def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -156,16 +153,7 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
         # "Profile of the default GRPO step"): pad with -inf keys, whose probability is exactly 0, and drop
         # them after. The same probabilities up to the order of the float32 sum.
         scores = F.pad(scores, (0, SOFTMAX_MIN_KEYS - S), value=float("-inf"))
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)
-        if G * T * S * D < BMM_SCALAR_LOOP_MACS:
-            # A decoding step's probs @ v is small enough for that loop, which reads v column by column
-            # (~3x slower than MKL here). Zero values for the padded keys (probability exactly 0) make it a
-            # 16-key product, which goes to MKL: the same sum plus zeros. Bit for bit the loop's result on
-            # the machine measured at the shipped models' 2 query rows per kv head, within float32
-            # rounding at other shapes (bench/RESULTS.md, "RL step time").
-            v = F.pad(v, (0, 0, 0, SOFTMAX_MIN_KEYS - S))
-            S = SOFTMAX_MIN_KEYS
-        probs = probs[..., :S].reshape(B * K, G * T, S)
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)[..., :S].to(v.dtype).reshape(B * K, G * T, S)
     else:
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype).view(B * K, G * T, S)  # float32
     return torch.bmm(probs, v.reshape(B * K, S, D)).view(B, H, T, D)
