@@ -45,7 +45,7 @@ bench: $(STAMP)
 bench-trl: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python bench/trl_race.py --check
-	$(BIN)/python bench/trl_race.py --rounds 3 --budget 60
+	$(BIN)/python bench/trl_race.py --rounds 3 --budget 60 --lab-without-kl-metric
 
 data: $(STAMP)
 	$(BIN)/python -m rlhf_lab data
