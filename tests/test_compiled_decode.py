@@ -19,6 +19,7 @@ import torch
 
 from rlhf_lab.checkpoints import load_checkpoint
 from rlhf_lab.sampling import SamplingConfig, generate
+from rlhf_lab.sampling import compiled as compiled_module
 
 EPS = torch.finfo(torch.float32).eps
 TEXTS = ["12+7=", "345+678=", "9+9=", "1000+23=", "5+55=", "87+1="]  # different lengths: left padding
@@ -101,6 +102,7 @@ def test_failed_compilation_warns_and_decodes_eagerly(shipped, monkeypatch):
         raise RuntimeError("no C++ compiler found")
 
     monkeypatch.setattr(torch, "compile", no_compiler)
+    monkeypatch.setattr(compiled_module, "COMPILED", {})  # no wrapper left from the tests above
     with pytest.warns(RuntimeWarning, match="torch.compile failed .*no C\\+\\+ compiler found.*decoding eagerly"):
         fallback = generate(model, TEXTS, config, tokenizer=tokenizer, compile=True)
     assert_same_generation(model, fallback, generate(model, TEXTS, config, tokenizer=tokenizer))

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from ..model.kv_cache import FixedShapeCache, StaticCache
 from ..model.rope import rope_factors
+from .processors import sample_next_token
 
 CACHE_LENGTH_MULTIPLE = 16  # compiled calls size their cache in steps of this many positions
 
@@ -67,6 +68,24 @@ def decode_step(model, tokens: torch.Tensor, position: torch.Tensor, cache: Stat
         return F.linear(h.float(), model.lm_head.weight.float())
 
 
+def decode_and_choose(model, tokens, position, cache, visible, offsets, rope_table, config):
+    """`decode_step`, then the greedy choice of the next token, in one graph: (tokens (N,) long, their
+    log-probs (N,) float32, or None unless config.return_logprobs), by the eager path's own function."""
+    logits = decode_step(model, tokens, position, cache, visible, offsets, rope_table)
+    return sample_next_token(logits, config, check_removed=False, return_logprobs=config.return_logprobs)
+
+
+def chooses_in_graph(config) -> bool:
+    """Whether the compiled step also chooses the next token under `config`: when decoding is greedy with no
+    processor (no repetition penalty, no no-repeat-ngram, no min_new_tokens), so that the choice is the
+    argmax of the logits. Otherwise the processors and the choice run eagerly after the compiled step:
+    the sampling warpers and the draw were slower compiled, also in one graph with the model's step
+    (sort, top-k and cumsum stay library calls, and Inductor's scatter for top-p is slower than eager's;
+    bench/RESULTS.md, "Generation"), and the exponential race needs the call's `torch.Generator`."""
+    return (not config.do_sample and config.repetition_penalty == 1.0 and config.no_repeat_ngram_size == 0
+            and config.min_new_tokens == 0)
+
+
 # TorchInductor's C++ wrapper: the generated code calls its kernels from C++, not from Python
 COMPILE_OPTIONS = {"cpp_wrapper": True}
 
@@ -97,7 +116,7 @@ class CompiledFunction:
     def first_call(self, *args):
         start = time.perf_counter()
         try:
-            self.run = torch.compile(self.fn, dynamic=False, options=COMPILE_OPTIONS)
+            self.run = compiled(self.fn)
             out = self.run(*args)
         except Exception as error:  # a compiler missing or failing: run eagerly, say so once
             warn_compile_failed(error)
@@ -105,6 +124,18 @@ class CompiledFunction:
             out = self.fn(*args)
         self.first_call_s = time.perf_counter() - start
         return out
+
+
+COMPILED: dict = {}  # fn -> its torch.compile wrapper, made once per process
+
+
+def compiled(fn):
+    """`fn` under torch.compile with fixed shapes, the wrapper made once per process: making one costs
+    ~2 ms (1 thread, under load), a tenth of a whole 64 x 32 `generate` call.
+    What it compiled lives in torch's own cache either way."""
+    if fn not in COMPILED:
+        COMPILED[fn] = torch.compile(fn, dynamic=False, options=COMPILE_OPTIONS)
+    return COMPILED[fn]
 
 
 def warn_compile_failed(error: Exception) -> None:
@@ -116,16 +147,18 @@ def warn_compile_failed(error: Exception) -> None:
 
 
 class CompiledSteps:
-    """The decode steps of one `generate` call, compiled: `step(tokens, column)` -> next-token logits (N, V).
+    """The decode steps of one `generate` call, compiled.
+
+    `logits(tokens, column)` writes `tokens` at `column` and returns the next-token logits (N, V) float32,
+    the processors and the draw left to the caller. With a `config` that `chooses_in_graph` accepts (greedy,
+    no processor), `choose(tokens, column)` returns the next tokens and their log-probs (or None) instead:
+    the argmax and the log-softmax run in the graph, after the model's step.
 
     Holds what stays fixed over the call: the mask of padding, each row's offset, the RoPE table and
     the position tensor (refilled each step: the same tensor, so nothing for a guard to see change).
-    Only the model's step is compiled: the processors and the draw stay eager, because compiled they
-    were slower here (sort and top-k stay library calls, and the graph's overhead outweighs the fused
-    pointwise ops on a (64, 58) score matrix; bench/RESULTS.md, "Generation").
     """
 
-    def __init__(self, model, cache: StaticCache, prompt_mask: torch.Tensor) -> None:
+    def __init__(self, model, cache: StaticCache, prompt_mask: torch.Tensor, config=None) -> None:
         N, P = prompt_mask.shape
         device = prompt_mask.device
         self.model, self.cache = model, cache
@@ -133,14 +166,23 @@ class CompiledSteps:
         self.offsets = P - prompt_mask.sum(1)  # (N,) padding count of each row
         self.rope_table = rope_factors(*model.rotary_emb.cos_sin_table(cache.max_len), model.config.rope_interleaved)
         self.position = torch.zeros((), dtype=torch.long, device=device)
-        self.forward = CompiledFunction(decode_step)
+        self.config = config
+        self.forward = CompiledFunction(decode_step if config is None else decode_and_choose)
 
-    def __call__(self, tokens: torch.Tensor, column: int) -> torch.Tensor:
+    def logits(self, tokens: torch.Tensor, column: int) -> torch.Tensor:
+        """Write `tokens` (N,) at `column`; the next-token logits (N, V) float32."""
+        return self.step(tokens, column)
+
+    def choose(self, tokens: torch.Tensor, column: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Write `tokens` (N,) at `column`; the greedy next tokens (N,) and their log-probs (N,) or None."""
+        return self.step(tokens, column, self.config)
+
+    def step(self, tokens: torch.Tensor, column: int, *config):
         self.position.fill_(column)
-        logits = self.forward(self.model, tokens, self.position, self.cache, self.visible, self.offsets,
-                              self.rope_table)
+        out = self.forward(self.model, tokens, self.position, self.cache, self.visible, self.offsets,
+                           self.rope_table, *config)
         self.cache.length += 1  # the StaticCache's own count of filled positions, as its update keeps it
-        return logits
+        return out
 
     @property
     def first_step_s(self) -> float | None:
