@@ -13,6 +13,12 @@ shapes and one compilation serves them all, and every later call whose rows and 
 same. The cache length is rounded up to a multiple of `CACHE_LENGTH_MULTIPLE`, so prompts of slightly
 different lengths share a compilation too.
 
+What the graph holds. The model's step (embedding, layers, final norm, lm_head) always; for greedy
+decoding without processors also the choice of the next token (the argmax, and the log-softmax when
+log-probs are asked for), so that a step returns the tokens and no logits go back through Python.
+Sampling and the processors run eagerly after the graph, with the eager path's own functions
+(`chooses_in_graph` says why).
+
 The numbers equal the eager step's up to float32 rounding, not bit for bit: the generated kernels sum in
 their own order, and the softmax runs over the whole cache instead of the filled prefix.
 """
@@ -76,12 +82,19 @@ def decode_and_choose(model, tokens, position, cache, visible, offsets, rope_tab
 
 
 def chooses_in_graph(config) -> bool:
-    """Whether the compiled step also chooses the next token under `config`: when decoding is greedy with no
-    processor (no repetition penalty, no no-repeat-ngram, no min_new_tokens), so that the choice is the
-    argmax of the logits. Otherwise the processors and the choice run eagerly after the compiled step:
-    the sampling warpers and the draw were slower compiled, also in one graph with the model's step
-    (sort, top-k and cumsum stay library calls, and Inductor's scatter for top-p is slower than eager's;
-    bench/RESULTS.md, "Generation"), and the exponential race needs the call's `torch.Generator`."""
+    """Whether the compiled step also chooses the next token under `config`: yes for greedy decoding with
+    no processor (no repetition penalty, no no-repeat-ngram, no min_new_tokens), where the choice is the
+    argmax of the logits. Otherwise the processors and the choice run eagerly after the compiled step.
+
+    Why sampling stays eager. The exponential race draws with the call's `torch.Generator`, which a graph
+    cannot take; its numbers can be drawn eagerly and passed in, and with that the warpers and the race
+    were tried inside the graph. Whole 64 x 32 sampled calls were no faster: 1.02x (quartiles 0.94-1.12)
+    with 1 thread, 1.09x (0.95-1.33) with 2, 30 interleaved rounds each, under load (bench/RESULTS.md,
+    "Generation"): top-k, the sort and the cumsum stay library calls inside the graph, and top-p compiled
+    alone was slower than eager (194 against 87 us on (64, 58) scores, 1 thread, under load). And kept
+    eager, one graph serves every sampling setting; in the graph, the temperature, k and p are constants
+    (dynamo guards on their values), so each new setting would be a new compilation.
+    """
     return (not config.do_sample and config.repetition_penalty == 1.0 and config.no_repeat_ngram_size == 0
             and config.min_new_tokens == 0)
 
