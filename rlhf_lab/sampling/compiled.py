@@ -13,12 +13,6 @@ shapes and one compilation serves them all, and every later call whose rows and 
 same. The cache length is rounded up to a multiple of `CACHE_LENGTH_MULTIPLE`, so prompts of slightly
 different lengths share a compilation too.
 
-What the graph holds. The model's step (embedding, layers, final norm, lm_head) always; for greedy
-decoding without processors also the choice of the next token (the argmax, and the log-softmax when
-log-probs are asked for), so that a step returns the tokens and no logits go back through Python.
-Sampling and the processors run eagerly after the graph, with the eager path's own functions
-(`chooses_in_graph` says why).
-
 The numbers equal the eager step's up to float32 rounding, not bit for bit: the generated kernels sum in
 their own order, and the softmax runs over the whole cache instead of the filled prefix.
 """
@@ -34,7 +28,6 @@ import torch.nn.functional as F
 
 from ..model.kv_cache import FixedShapeCache, StaticCache
 from ..model.rope import rope_factors
-from .processors import sample_next_token
 
 CACHE_LENGTH_MULTIPLE = 16  # compiled calls size their cache in steps of this many positions
 
@@ -72,31 +65,6 @@ def decode_step(model, tokens: torch.Tensor, position: torch.Tensor, cache: Stat
     h = model.model.norm(x[:, 0])  # (N, C)
     with torch.autocast(device_type=h.device.type, enabled=False):  # float32 logits, as the model's forward
         return F.linear(h.float(), model.lm_head.weight.float())
-
-
-def decode_and_choose(model, tokens, position, cache, visible, offsets, rope_table, config):
-    """`decode_step`, then the greedy choice of the next token, in one graph: (tokens (N,) long, their
-    log-probs (N,) float32, or None unless config.return_logprobs), by the eager path's own function."""
-    logits = decode_step(model, tokens, position, cache, visible, offsets, rope_table)
-    return sample_next_token(logits, config, check_removed=False, return_logprobs=config.return_logprobs)
-
-
-def chooses_in_graph(config) -> bool:
-    """Whether the compiled step also chooses the next token under `config`: yes for greedy decoding with
-    no processor (no repetition penalty, no no-repeat-ngram, no min_new_tokens), where the choice is the
-    argmax of the logits. Otherwise the processors and the choice run eagerly after the compiled step.
-
-    Why sampling stays eager. The exponential race draws with the call's `torch.Generator`, which a graph
-    cannot take; its numbers can be drawn eagerly and passed in, and with that the warpers and the race
-    were tried inside the graph. Whole 64 x 32 sampled calls were no faster: 1.02x (quartiles 0.94-1.12)
-    with 1 thread, 1.09x (0.95-1.33) with 2, 30 interleaved rounds each, under load (bench/RESULTS.md,
-    "Generation"): top-k, the sort and the cumsum stay library calls inside the graph, and top-p compiled
-    alone was slower than eager (194 against 87 us on (64, 58) scores, 1 thread, under load). And kept
-    eager, one graph serves every sampling setting; in the graph, the temperature, k and p are constants
-    (dynamo guards on their values), so each new setting would be a new compilation.
-    """
-    return (not config.do_sample and config.repetition_penalty == 1.0 and config.no_repeat_ngram_size == 0
-            and config.min_new_tokens == 0)
 
 
 # TorchInductor's C++ wrapper: the generated code calls its kernels from C++, not from Python
@@ -143,8 +111,8 @@ COMPILED: dict = {}  # fn -> its torch.compile wrapper, made once per process
 
 
 def compiled(fn):
-    """`fn` under torch.compile with fixed shapes, the wrapper made once per process: making one costs
-    ~2 ms (1 thread, under load), a tenth of a whole 64 x 32 `generate` call.
+    """`fn` under torch.compile with fixed shapes, the wrapper made once per process: making one took
+    ~2 ms (1 thread, under load), a tenth of a whole 64 x 32 `generate` call, when every call made its own.
     What it compiled lives in torch's own cache either way."""
     if fn not in COMPILED:
         COMPILED[fn] = torch.compile(fn, dynamic=False, options=COMPILE_OPTIONS)
@@ -160,18 +128,23 @@ def warn_compile_failed(error: Exception) -> None:
 
 
 class CompiledSteps:
-    """The decode steps of one `generate` call, compiled.
-
-    `logits(tokens, column)` writes `tokens` at `column` and returns the next-token logits (N, V) float32,
-    the processors and the draw left to the caller. With a `config` that `chooses_in_graph` accepts (greedy,
-    no processor), `choose(tokens, column)` returns the next tokens and their log-probs (or None) instead:
-    the argmax and the log-softmax run in the graph, after the model's step.
+    """The decode steps of one `generate` call, compiled: `step(tokens, column)` -> next-token logits (N, V).
 
     Holds what stays fixed over the call: the mask of padding, each row's offset, the RoPE table and
     the position tensor (refilled each step: the same tensor, so nothing for a guard to see change).
+    Only the model's step is compiled; the processors and the choice of the token run eagerly after it,
+    one graph serving greedy decoding and every sampling setting. Both were tried inside the graph,
+    the race's Exp(1) numbers drawn eagerly with the call's generator and passed in (a graph cannot
+    draw with a `torch.Generator`), and whole 64 x 32 calls were no faster (bench/RESULTS.md,
+    "Generation"; interleaved, under load): sampled (temperature, top-k, top-p and the race in the
+    graph) 1.02x (quartiles 0.94-1.12) with 1 thread and 1.09x (0.95-1.33) with 2; greedy (the argmax in
+    the graph) 1.00x (0.93-1.08) and 1.01x (0.88-1.29). Top-k, the sort and the cumsum stay library calls
+    inside a graph, and top-p compiled alone was slower than eager (194 against 87 us on (64, 58) scores,
+    1 thread). In the graph, the temperature, k and p would also be constants that dynamo guards on, so
+    each new setting would be a new compilation.
     """
 
-    def __init__(self, model, cache: StaticCache, prompt_mask: torch.Tensor, config=None) -> None:
+    def __init__(self, model, cache: StaticCache, prompt_mask: torch.Tensor) -> None:
         N, P = prompt_mask.shape
         device = prompt_mask.device
         self.model, self.cache = model, cache
@@ -179,23 +152,14 @@ class CompiledSteps:
         self.offsets = P - prompt_mask.sum(1)  # (N,) padding count of each row
         self.rope_table = rope_factors(*model.rotary_emb.cos_sin_table(cache.max_len), model.config.rope_interleaved)
         self.position = torch.zeros((), dtype=torch.long, device=device)
-        self.config = config
-        self.forward = CompiledFunction(decode_step if config is None else decode_and_choose)
+        self.forward = CompiledFunction(decode_step)
 
-    def logits(self, tokens: torch.Tensor, column: int) -> torch.Tensor:
-        """Write `tokens` (N,) at `column`; the next-token logits (N, V) float32."""
-        return self.step(tokens, column)
-
-    def choose(self, tokens: torch.Tensor, column: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Write `tokens` (N,) at `column`; the greedy next tokens (N,) and their log-probs (N,) or None."""
-        return self.step(tokens, column, self.config)
-
-    def step(self, tokens: torch.Tensor, column: int, *config):
+    def __call__(self, tokens: torch.Tensor, column: int) -> torch.Tensor:
         self.position.fill_(column)
-        out = self.forward(self.model, tokens, self.position, self.cache, self.visible, self.offsets,
-                           self.rope_table, *config)
+        logits = self.forward(self.model, tokens, self.position, self.cache, self.visible, self.offsets,
+                              self.rope_table)
         self.cache.length += 1  # the StaticCache's own count of filled positions, as its update keeps it
-        return out
+        return logits
 
     @property
     def first_step_s(self) -> float | None:

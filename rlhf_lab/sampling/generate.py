@@ -23,7 +23,7 @@ from ..device import autocast
 from ..limits import check_memory, check_positions, check_token_ids, generation_bytes
 from ..model.kv_cache import DynamicCache, StaticCache
 from ..validation import check_bool, check_choice, check_number
-from .compiled import CompiledSteps, chooses_in_graph, compiled_cache_length
+from .compiled import CompiledSteps, compiled_cache_length
 from .config import SamplingConfig
 from .processors import build_stages, make_generator, sample_next_token
 
@@ -226,21 +226,21 @@ def _generate(model, prompt_ids, prompt_mask, config, G, generator, cache, stop_
     reads_mask = config.repetition_penalty != 1.0
     # Only no-repeat-ngram can remove every token of a row; otherwise that check would be wasted work.
     check_removed = config.no_repeat_ngram_size > 0
-    # compile=True: the compiled step also chooses the next token when the processors allow it
-    in_graph = compile and chooses_in_graph(config)
-    step = CompiledSteps(model, kv, prompt_mask, config if in_graph else None) if compile else None
-    chosen = None  # (tokens, log-probs) that the compiled step already chose
+    step = CompiledSteps(model, kv, prompt_mask) if compile else None
     steps = 0
     for t in range(T_max):
         width = P + t
-        if chosen is not None:
-            tokens, token_logprobs = chosen
-        else:
-            if t < config.min_new_tokens:  # HF's MinNewTokensLengthLogitsProcessor: no EOS yet (-inf survives every stage)
-                logits = logits.clone()
-                logits[:, eos_id] = float("-inf")
-            tokens, token_logprobs = choose_eagerly(logits, ids[:, :width], mask[:, :width] if reads_mask else None,
-                                                    config, stages, generator, check_removed)
+        if t < config.min_new_tokens:  # HF's MinNewTokensLengthLogitsProcessor: no EOS yet (-inf survives every stage)
+            logits = logits.clone()
+            logits[:, eos_id] = float("-inf")
+        scores = logits
+        for _, stage in build_stages(config, mask[:, :width]) if reads_mask else stages:  # off: not in the list
+            scores = stage(scores, ids[:, :width])
+        if config.do_sample or logprobs is not None:
+            tokens, token_logprobs = sample_next_token(scores, config, generator, check_removed=check_removed,
+                                                       return_logprobs=logprobs is not None)
+        else:  # plain greedy: the argmax is all we need
+            tokens = scores.argmax(dim=-1)
         if stop_at_eos:
             tokens = tokens.masked_fill(done, pad_id)  # finished rows keep emitting padding
             completion_mask[:, t] = ~done
@@ -256,10 +256,8 @@ def _generate(model, prompt_ids, prompt_mask, config, G, generator, cache, stop_
             break
         step_mask = mask[:, : width + 1] if padded else None
         with amp:
-            if in_graph:  # compiled: fixed shapes, the position as a tensor, the choice in the graph
-                chosen = step.choose(tokens, width)
-            elif step is not None:  # compiled model step; the processors run eagerly
-                logits = step.logits(tokens, width)
+            if step is not None:  # compiled: fixed shapes, the position as a tensor
+                logits = step(tokens, width)
             elif kv is None:  # no cache: feed the whole sequence again
                 logits = model(ids[:, : width + 1], attention_mask=step_mask, num_logits_to_keep=1).logits[:, -1]
             else:
@@ -279,20 +277,6 @@ def _generate(model, prompt_ids, prompt_mask, config, G, generator, cache, stop_
         timings={"prefill_s": t1 - t0, "decode_s": t2 - t1, "steps": steps,
                  **({"first_step_s": step.first_step_s} if step is not None else {})},
     )
-
-
-def choose_eagerly(logits, context, context_mask, config, stages, generator, check_removed):
-    """The processors, then the choice of the next token: (tokens (N,), log-probs (N,) or None).
-
-    `stages` is the chain built once per call; with `context_mask` (the repetition penalty reads it, and
-    it grows every step) the chain is built again around it."""
-    scores = logits
-    for _, stage in build_stages(config, context_mask) if context_mask is not None else stages:
-        scores = stage(scores, context)
-    if config.do_sample or config.return_logprobs:
-        return sample_next_token(scores, config, generator, check_removed=check_removed,
-                                 return_logprobs=config.return_logprobs)
-    return scores.argmax(dim=-1), None  # plain greedy: the argmax is all we need
 
 
 def complete(model, tokenizer, prompts: list[str], config: SamplingConfig | None = None, **kwargs) -> list[str]:
