@@ -8,9 +8,10 @@
 
 Every configuration runs in its own subprocess so that "peak memory" is that run's peak resident
 set size. A run times `--repeats` calls after a warm-up and keeps the fastest: other jobs on a shared
-machine only ever slow a call down, and at 64 x 32 one call lasts 15-150 ms, so one call in three
-(the earlier default) could miss every quiet moment; the best of 10 rarely does. A RuntimeWarning in a
-run (lab-compiled: compilation failed, the call decoded eagerly) is printed with that run's line. The implementations take turns (A B A B ...) for `--rounds` rounds, so that a change of load
+machine only ever slow a call down, and at 64 x 32 one call lasts 15-150 ms, so the best of 3 calls
+(the earlier default) could miss every quiet moment where the best of 10 is less likely to. A
+RuntimeWarning in a run (lab-compiled: compilation failed, the call decoded eagerly) is printed on that
+run's line. The implementations take turns (A B A B ...) for `--rounds` rounds, so that a change of load
 on a shared machine hits all of them alike; the table gives the median tokens/s over rounds and the
 median and range of the per-round ratio to transformers, with the load average seen meanwhile and the
 torch thread count. EOS is ignored, so every row generates exactly batch x new_tokens tokens.
