@@ -90,6 +90,7 @@ def test_a_second_call_does_not_recompile(shipped, name):
     model, tokenizer = shipped
     config = CONFIGS[name]
     generate(model, TEXTS, config, tokenizer=tokenizer, compile=True)
+    wrapper = compiled_module.COMPILED[compiled_module.decode_step]  # torch.compile's, made once per process
     two = generate(model, TEXTS, config, tokenizer=tokenizer, compile=True, num_return_sequences=2)
     assert_same_generation(model, two, generate(model, TEXTS, config, tokenizer=tokenizer, num_return_sequences=2))
     others = ["11+7=", "346+678=", "9+8=", "1001+23=", "5+56=", "88+1="]  # same lengths, same padding
@@ -97,6 +98,7 @@ def test_a_second_call_does_not_recompile(shipped, name):
         warnings.filterwarnings("error", FALLBACK)
         compiled = generate(model, others, config, tokenizer=tokenizer, compile=True)
     assert_same_generation(model, compiled, generate(model, others, config, tokenizer=tokenizer))
+    assert compiled_module.COMPILED[compiled_module.decode_step] is wrapper
 
 
 def test_compiled_steps_follow_weight_updates(shipped):
