@@ -7,7 +7,11 @@
         --threads 2 --sampling both --rounds 9   # the same question, call by call in one process
 
 Every configuration runs in its own subprocess so that "peak memory" is that run's peak resident
-set size. The implementations take turns (A B A B ...) for `--rounds` rounds, so that a change of load
+set size. A run times `--repeats` calls after a warm-up and keeps the fastest: other jobs on a shared
+machine only ever slow a call down, and at 64 x 32 one call lasts 15-150 ms, so the best of 3 calls
+(the earlier default) could miss every quiet moment where the best of 10 is less likely to. A
+RuntimeWarning in a run (lab-compiled: compilation failed, the call decoded eagerly) is printed on that
+run's line. The implementations take turns (A B A B ...) for `--rounds` rounds, so that a change of load
 on a shared machine hits all of them alike; the table gives the median tokens/s over rounds and the
 median and range of the per-round ratio to transformers, with the load average seen meanwhile and the
 torch thread count. EOS is ignored, so every row generates exactly batch x new_tokens tokens.
@@ -32,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from datetime import date
 
 SETTINGS = [(64, 32), (8, 256)]
@@ -61,21 +66,24 @@ def run_one(impl: str, batch: int, new_tokens: int, repeats: int, threads: int |
     def call():
         generate_tokens(new_tokens)
 
-    start = time.perf_counter()
-    call()  # warm-up (lab-compiled: the compilation, unless torch's on-disk cache has it already)
-    first = time.perf_counter() - start
-    times = []
-    for _ in range(repeats):
+    with warnings.catch_warnings(record=True) as caught:  # lab-compiled: a failed compilation warns
+        warnings.simplefilter("always", RuntimeWarning)
         start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
+        call()  # warm-up (lab-compiled: the compilation, unless torch's on-disk cache has it already)
+        first = time.perf_counter() - start
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
     best = min(times)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     peak = rss if sys.platform == "darwin" else rss * 1024
     return {"impl": impl, "sampling": sampling, "batch": batch, "new_tokens": new_tokens, "seconds": best,
             "first_call_s": first,
             "tokens_per_s": batch * new_tokens / best, "ms_per_step": 1000 * best / new_tokens,
-            "peak_mib": peak / 2**20, "threads": torch.get_num_threads()}
+            "peak_mib": peak / 2**20, "threads": torch.get_num_threads(),
+            "warnings": sorted({str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)})}
 
 
 def count_ops(batch: int, new_tokens: int, sampling: str, threads: int | None) -> None:
@@ -193,7 +201,7 @@ def make_call(impl: str, batch: int, sampling: str):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--one", nargs=3, metavar=("IMPL", "BATCH", "NEW_TOKENS"), help=argparse.SUPPRESS)
-    parser.add_argument("--repeats", type=int, default=3, help="timed calls per run (the best counts)")
+    parser.add_argument("--repeats", type=int, default=10, help="timed calls per run (the best counts)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median over rounds)")
     parser.add_argument("--impls", nargs="*", default=IMPLEMENTATIONS)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
@@ -238,7 +246,8 @@ def main() -> None:
                     run = json.loads(out.stdout.strip().splitlines()[-1])
                     runs.setdefault((sampling, impl, batch, new), []).append(run)
                     print(f"  round {round_ + 1} {sampling:7s} {impl:12s} {batch}x{new}: "
-                          f"{run['tokens_per_s']:.0f} tok/s", file=sys.stderr, flush=True)
+                          f"{run['tokens_per_s']:.0f} tok/s" + "".join(f" [warning: {w}]" for w in run["warnings"]),
+                          file=sys.stderr, flush=True)
         loads.append(os.getloadavg()[0])
     rows = [{**group[0], "tokens_per_s": statistics.median(r["tokens_per_s"] for r in group),
              "ms_per_step": statistics.median(r["ms_per_step"] for r in group),

@@ -19,6 +19,7 @@ import torch
 
 from rlhf_lab.checkpoints import load_checkpoint
 from rlhf_lab.sampling import SamplingConfig, generate
+from rlhf_lab.sampling import compiled as compiled_module
 
 EPS = torch.finfo(torch.float32).eps
 TEXTS = ["12+7=", "345+678=", "9+9=", "1000+23=", "5+55=", "87+1="]  # different lengths: left padding
@@ -26,6 +27,12 @@ CONFIGS = {
     "greedy": SamplingConfig(do_sample=False, max_new_tokens=8, return_logprobs=True),
     "sampled": SamplingConfig(do_sample=True, temperature=0.7, top_k=20, top_p=0.9, seed=3, max_new_tokens=8,
                               return_logprobs=True),
+}
+# Processors that read the context or the step number, after the compiled step's logits
+CONTEXT_PROCESSORS = {
+    "repetition_penalty": CONFIGS["greedy"].replace(repetition_penalty=1.3),
+    "no_repeat_ngram": CONFIGS["greedy"].replace(no_repeat_ngram_size=2),
+    "min_new_tokens": CONFIGS["greedy"].replace(min_new_tokens=4),
 }
 
 FALLBACK = "generate\\(compile=True\\): torch.compile failed"  # the start of the fallback's warning
@@ -62,13 +69,28 @@ def test_compiled_generate_equals_eager(shipped, name):
     assert compiled.timings["first_step_s"] > 0
 
 
-def test_a_second_call_does_not_recompile(shipped):
+@pytest.mark.parametrize("name", list(CONTEXT_PROCESSORS))
+def test_processors_that_read_the_context_follow_the_compiled_step(shipped, name):
+    """The repetition penalty and no-repeat-ngram read the growing context, min_new_tokens the step
+    number: eager after the compiled logits, they give the eager call's results."""
+    model, tokenizer = shipped
+    config = CONTEXT_PROCESSORS[name]
+    eager = generate(model, TEXTS, config, tokenizer=tokenizer)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", FALLBACK)
+        compiled = generate(model, TEXTS, config, tokenizer=tokenizer, compile=True)
+    assert_same_generation(model, compiled, eager)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_a_second_call_does_not_recompile(shipped, name):
     """Same shapes, other prompts of the same width: torch's cache serves the compiled graph, also after a
     call with other shapes (2 samples per prompt: twice the rows) compiled a second one. Under
     `fail_on_recompile` a recompilation raises, which the fallback would turn into a warning: an error here."""
     model, tokenizer = shipped
-    config = CONFIGS["sampled"]
+    config = CONFIGS[name]
     generate(model, TEXTS, config, tokenizer=tokenizer, compile=True)
+    wrapper = compiled_module.COMPILED[compiled_module.decode_step]  # torch.compile's, made once per process
     two = generate(model, TEXTS, config, tokenizer=tokenizer, compile=True, num_return_sequences=2)
     assert_same_generation(model, two, generate(model, TEXTS, config, tokenizer=tokenizer, num_return_sequences=2))
     others = ["11+7=", "346+678=", "9+8=", "1001+23=", "5+56=", "88+1="]  # same lengths, same padding
@@ -76,6 +98,7 @@ def test_a_second_call_does_not_recompile(shipped):
         warnings.filterwarnings("error", FALLBACK)
         compiled = generate(model, others, config, tokenizer=tokenizer, compile=True)
     assert_same_generation(model, compiled, generate(model, others, config, tokenizer=tokenizer))
+    assert compiled_module.COMPILED[compiled_module.decode_step] is wrapper
 
 
 def test_compiled_steps_follow_weight_updates(shipped):
@@ -101,6 +124,7 @@ def test_failed_compilation_warns_and_decodes_eagerly(shipped, monkeypatch):
         raise RuntimeError("no C++ compiler found")
 
     monkeypatch.setattr(torch, "compile", no_compiler)
+    monkeypatch.setattr(compiled_module, "COMPILED", {})  # no wrapper left from the tests above
     with pytest.warns(RuntimeWarning, match="torch.compile failed .*no C\\+\\+ compiler found.*decoding eagerly"):
         fallback = generate(model, TEXTS, config, tokenizer=tokenizer, compile=True)
     assert_same_generation(model, fallback, generate(model, TEXTS, config, tokenizer=tokenizer))

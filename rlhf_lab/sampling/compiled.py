@@ -97,7 +97,7 @@ class CompiledFunction:
     def first_call(self, *args):
         start = time.perf_counter()
         try:
-            self.run = torch.compile(self.fn, dynamic=False, options=COMPILE_OPTIONS)
+            self.run = compiled(self.fn)
             out = self.run(*args)
         except Exception as error:  # a compiler missing or failing: run eagerly, say so once
             warn_compile_failed(error)
@@ -105,6 +105,18 @@ class CompiledFunction:
             out = self.fn(*args)
         self.first_call_s = time.perf_counter() - start
         return out
+
+
+COMPILED: dict = {}  # fn -> its torch.compile wrapper, made once per process
+
+
+def compiled(fn):
+    """`fn` under torch.compile with fixed shapes, the wrapper made once per process: making one took
+    ~2 ms (1 thread, under load), a tenth of a whole 64 x 32 `generate` call, when every call made its own.
+    What it compiled lives in torch's own cache either way."""
+    if fn not in COMPILED:
+        COMPILED[fn] = torch.compile(fn, dynamic=False, options=COMPILE_OPTIONS)
+    return COMPILED[fn]
 
 
 def warn_compile_failed(error: Exception) -> None:
@@ -120,9 +132,16 @@ class CompiledSteps:
 
     Holds what stays fixed over the call: the mask of padding, each row's offset, the RoPE table and
     the position tensor (refilled each step: the same tensor, so nothing for a guard to see change).
-    Only the model's step is compiled: the processors and the draw stay eager, because compiled they
-    were slower here (sort and top-k stay library calls, and the graph's overhead outweighs the fused
-    pointwise ops on a (64, 58) score matrix; bench/RESULTS.md, "Generation").
+    Only the model's step is compiled; the processors and the choice of the token run eagerly after it,
+    one graph serving greedy decoding and every sampling setting. Both were tried inside the graph,
+    the race's Exp(1) numbers drawn eagerly with the call's generator and passed in (a graph cannot
+    draw with a `torch.Generator`), and whole 64 x 32 calls were no faster (bench/RESULTS.md,
+    "Generation"; interleaved, under load): sampled (temperature, top-k, top-p and the race in the
+    graph) 1.02x (quartiles 0.94-1.12) with 1 thread and 1.09x (0.95-1.33) with 2; greedy (the argmax in
+    the graph) 1.00x (0.93-1.08) and 1.01x (0.88-1.29). Top-k, the sort and the cumsum stay library calls
+    inside a graph, and top-p compiled alone was slower than eager (194 against 87 us on (64, 58) scores,
+    1 thread). In the graph, the temperature, k and p would also be constants that dynamo guards on, so
+    each new setting would be a new compilation.
     """
 
     def __init__(self, model, cache: StaticCache, prompt_mask: torch.Tensor) -> None:
