@@ -28,7 +28,7 @@ from jupyter_client.channels import AsyncZMQSocketChannel
 from traitlets import Type
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
-POLL_SLICE = 0.5  # seconds: the longest a reply can wait unnoticed in the client's socket
+POLL_SLICE = 0.1  # seconds: the longest a reply can wait unnoticed in the client's socket
 
 
 class SlicedPollChannel(AsyncZMQSocketChannel):
@@ -38,7 +38,9 @@ class SlicedPollChannel(AsyncZMQSocketChannel):
     per change. When that wake-up is lost, `zmq.asyncio`'s poll sleeps until its timeout and only its
     final non-blocking check finds the message. nbclient waits for a cell's reply in one poll as long
     as the cell timeout, so a cell that had finished in a second occasionally "took" the whole 300 s of
-    the FAST test, and passed. Polls of at most POLL_SLICE seconds each end in that same check, so a
+    the FAST test, and passed. The cells it happened to display `ipywidgets.interactive`: for its
+    Output widget nbclient sends a comm message on the shell socket while it waits on that same
+    socket for the reply, and a few percent of such cells lost the reply's wake-up. Polls of at most POLL_SLICE seconds each end in that same check, so a
     lost wake-up costs at most one slice; `timeout` keeps its meaning (None: wait forever; else raise
     queue.Empty once it has passed).
     """
