@@ -84,7 +84,8 @@ class LostWakeupSocket(zmq.asyncio.Socket):
 
 
 def read_with_lost_wakeups(channel_class, timeout: float, send: bool = True):
-    """One `get_msg(timeout)` of `channel_class` on a LostWakeupSocket: (message or None, timeouts polled)."""
+    """One `get_msg(timeout)` of `channel_class` on a LostWakeupSocket: (the message, or the queue.Empty it
+    raised; the poll timeouts it asked for)."""
     async def run():
         context = zmq.asyncio.Context()
         receiver = context.socket(zmq.PAIR, socket_class=LostWakeupSocket)
@@ -123,7 +124,7 @@ def test_sliced_poll_channel_keeps_get_msg_timeout_semantics():
     assert len(polled) >= 3 and max(polled) <= POLL_SLICE * 1000, polled
 
 
-def test_execute_reads_the_kernel_through_sliced_polls():
+def test_sliced_poll_kernel_manager_reads_every_channel_in_slices():
     client = SlicedPollKernelManager().client()
     assert isinstance(client, SlicedPollKernelClient)
     for name in ("shell", "iopub", "stdin", "control"):
