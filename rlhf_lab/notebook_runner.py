@@ -7,6 +7,10 @@
 metadata (its absence is fine; a partial one gives "state key missing from metadata.widgets") and
 widget-view outputs (with their text fallback), whose state is not saved; every explorer leaves a
 static figure beside its widget.
+
+The kernel's replies are read in short polls (`SlicedPollChannel`): a reply that is already in the
+client's socket is picked up within POLL_SLICE seconds even when its wake-up is lost, instead of at the
+end of the cell's whole timeout (the cause of the rare ~300 s stalls of the FAST notebook test).
 """
 
 from __future__ import annotations
@@ -16,8 +20,56 @@ import os
 import sys
 import time
 from pathlib import Path
+from queue import Empty
+
+from jupyter_client import AsyncKernelManager
+from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.channels import AsyncZMQSocketChannel
+from traitlets import Type
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+POLL_SLICE = 0.1  # seconds: the longest a reply can wait unnoticed in the client's socket
+
+
+class SlicedPollChannel(AsyncZMQSocketChannel):
+    """A kernel channel whose `get_msg(timeout)` waits in polls of at most POLL_SLICE seconds.
+
+    ZeroMQ announces a message to an event loop through an edge-triggered file descriptor: one wake-up
+    per change. When that wake-up is lost, `zmq.asyncio`'s poll sleeps until its timeout and only its
+    final non-blocking check finds the message. nbclient waits for a cell's reply in one poll as long
+    as the cell timeout, so a cell that had finished in a second occasionally "took" the whole 300 s of
+    the FAST test, and passed. It happened in cells that show an ipywidgets Output widget (every
+    `interactive` has one): nbclient syncs that widget by sending a comm message on the shell socket
+    while it waits on the same socket for the reply, and a few percent of such cells lost the reply's
+    wake-up. Polls of at most POLL_SLICE seconds each end in that same check, so a lost wake-up costs
+    at most one slice; `timeout` keeps its meaning (None: wait forever; else queue.Empty once it has
+    passed).
+    """
+
+    async def get_msg(self, timeout: float | None = None) -> dict:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = POLL_SLICE if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return await super().get_msg(timeout=min(POLL_SLICE, left))
+            except Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
+
+class SlicedPollKernelClient(AsyncKernelClient):
+    """nbclient's kernel client with every message channel read through `SlicedPollChannel`."""
+
+    shell_channel_class = Type(SlicedPollChannel)
+    iopub_channel_class = Type(SlicedPollChannel)
+    stdin_channel_class = Type(SlicedPollChannel)
+    control_channel_class = Type(SlicedPollChannel)
+
+
+class SlicedPollKernelManager(AsyncKernelManager):
+    """The kernel manager `execute` gives nbclient: its clients are `SlicedPollKernelClient`s."""
+
+    client_factory = Type(SlicedPollKernelClient)
 
 
 def clean_notebook(nb) -> None:
@@ -48,6 +100,7 @@ def execute(path: str | os.PathLike, fast: bool, timeout: int = 900, write: bool
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     try:
         client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name,
+                                kernel_manager_class=SlicedPollKernelManager,
                                 resources={"metadata": {"path": str(path.parent)}})
         start = time.perf_counter()
         client.execute()

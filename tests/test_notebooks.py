@@ -5,13 +5,26 @@ uses only the package's public API (no `obj._private`, no monkeypatched methods)
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 from pathlib import Path
+from queue import Empty
 
 import nbformat
 import pytest
+import zmq
+import zmq.asyncio
+from jupyter_client.channels import AsyncZMQSocketChannel
+from jupyter_client.session import Session
 
-from rlhf_lab.notebook_runner import WIDGET_MIME, execute
+from rlhf_lab.notebook_runner import (
+    POLL_SLICE,
+    WIDGET_MIME,
+    SlicedPollChannel,
+    SlicedPollKernelClient,
+    SlicedPollKernelManager,
+    execute,
+)
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
@@ -51,6 +64,71 @@ def test_notebook_executes_in_fast_mode(path, tmp_path):
     print(f"{path.name}: {seconds:.1f} s in FAST mode")
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
+
+
+class LostWakeupSocket(zmq.asyncio.Socket):
+    """A socket whose wake-ups are all lost: `poll(timeout)` sleeps the whole timeout, then finds what is
+    already there with a zero-timeout check, as `zmq.asyncio` does when a message's wake-up was consumed
+    before the poll started. It records every timeout it was asked for (ms)."""
+
+    requested_timeouts = None  # declared here: pyzmq takes an unknown attribute for a socket option
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.requested_timeouts = []
+
+    async def poll(self, timeout=None, flags=zmq.POLLIN):
+        self.requested_timeouts.append(timeout)
+        await asyncio.sleep((timeout or 0) / 1000)
+        return await super().poll(0, flags)
+
+
+def read_with_lost_wakeups(channel_class, timeout: float, send: bool = True):
+    """One `get_msg(timeout)` of `channel_class` on a LostWakeupSocket: (the message, or the queue.Empty it
+    raised; the poll timeouts it asked for)."""
+    async def run():
+        context = zmq.asyncio.Context()
+        receiver = context.socket(zmq.PAIR, socket_class=LostWakeupSocket)
+        sender = context.socket(zmq.PAIR)
+        receiver.bind("inproc://lost-wakeup")
+        sender.connect("inproc://lost-wakeup")
+        session = Session()
+        if send:
+            session.send(sender, "execute_reply", {"status": "ok"})
+        try:
+            message = await channel_class(receiver, session).get_msg(timeout=timeout)
+        except Empty as nothing:  # nothing arrived within the timeout
+            message = nothing
+        finally:
+            sender.close(linger=0)
+            receiver.close(linger=0)
+            context.term()
+        return message, receiver.requested_timeouts
+    return asyncio.run(run())
+
+
+def test_a_reply_whose_wakeup_is_lost_waits_one_slice_not_the_cell_timeout():
+    # The cause of the rare ~300 s FAST-mode stalls: the reply was in the socket, but one poll as long
+    # as the cell timeout only found it when that timeout ran out. Read in slices, it waits one slice.
+    message, polled = read_with_lost_wakeups(SlicedPollChannel, timeout=5)
+    assert message["msg_type"] == "execute_reply"
+    assert polled and max(polled) <= POLL_SLICE * 1000, polled
+    # The plain channel asks for the whole timeout in one poll: what this test guards against.
+    _, plain_polled = read_with_lost_wakeups(AsyncZMQSocketChannel, timeout=2 * POLL_SLICE)
+    assert plain_polled == [int(2 * POLL_SLICE * 1000)]
+
+
+def test_sliced_poll_channel_keeps_get_msg_timeout_semantics():
+    nothing, polled = read_with_lost_wakeups(SlicedPollChannel, timeout=2.5 * POLL_SLICE, send=False)
+    assert isinstance(nothing, Empty)  # the caller's timeout still ends the wait
+    assert len(polled) >= 3 and max(polled) <= POLL_SLICE * 1000, polled
+
+
+def test_sliced_poll_kernel_manager_reads_every_channel_in_slices():
+    client = SlicedPollKernelManager().client()
+    assert isinstance(client, SlicedPollKernelClient)
+    for name in ("shell", "iopub", "stdin", "control"):
+        assert issubclass(getattr(client, f"{name}_channel_class"), SlicedPollChannel), name
 
 
 # Cell magics whose body is Python: the first line goes, the rest is parsed. Any other cell magic
