@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import concurrent.futures
 import json
 from pathlib import Path
 from queue import Empty
@@ -104,7 +105,10 @@ def read_with_lost_wakeups(channel_class, timeout: float, send: bool = True):
             receiver.close(linger=0)
             context.term()
         return message, receiver.requested_timeouts
-    return asyncio.run(run())
+    # In a thread of its own: asyncio.run needs a thread with no running event loop, and when the
+    # browser tests run first, Playwright's sync API keeps one running in the main thread.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, run()).result()
 
 
 def test_a_reply_whose_wakeup_is_lost_waits_one_slice_not_the_cell_timeout():
