@@ -39,11 +39,11 @@ class SlicedPollChannel(AsyncZMQSocketChannel):
     final non-blocking check finds the message. nbclient waits for a cell's reply in one poll as long
     as the cell timeout, so a cell that had finished in a second occasionally "took" the whole 300 s of
     the FAST test, and passed. It happened in cells that show an ipywidgets Output widget (every
-    `interactive` has one): nbclient syncs that widget by sending a comm message on the shell socket
-    while it waits on the same socket for the reply, and a few percent of such cells lost the reply's
-    wake-up. Polls of at most POLL_SLICE seconds each end in that same check, so a lost wake-up costs
-    at most one slice; `timeout` keeps its meaning (None: wait forever; else queue.Empty once it has
-    passed).
+    `interactive` has one), a few percent of them; the likely trigger is nbclient sending that widget's
+    comm messages on the shell socket while it waits on the same socket for the reply (the exact line
+    that loses the wake-up was not found). Polls of at most POLL_SLICE seconds each end in that same
+    check, so a lost wake-up costs at most one slice; `timeout` keeps its meaning (None: wait forever;
+    else queue.Empty once it has passed).
     """
 
     async def get_msg(self, timeout: float | None = None) -> dict:

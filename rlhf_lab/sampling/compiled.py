@@ -139,8 +139,7 @@ class CompiledSteps:
     "Generation"; interleaved, under load): sampled (temperature, top-k, top-p and the race in the
     graph) 1.02x (quartiles 0.94-1.12) with 1 thread and 1.09x (0.95-1.33) with 2; greedy (the argmax in
     the graph) 1.00x (0.93-1.08) and 1.01x (0.88-1.29). Top-k, the sort and the cumsum stay library calls
-    inside a graph, and top-p compiled alone was slower than eager (194 against 87 us on (64, 58) scores,
-    1 thread). In the graph, the temperature, k and p would also be constants that dynamo guards on, so
+    inside a graph. In the graph, the temperature, k and p would also be constants that dynamo guards on, so
     each new setting would be a new compilation.
     """
 
