@@ -26,6 +26,7 @@ than the per-round medians above (an A/A run of the same tree gives ~1.00 where 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import platform
@@ -70,7 +71,9 @@ for _ in sys.stdin:  # one step per line received
     cpu, wall = time.process_time(), time.perf_counter()
     row = trainer.train_step()
     print(json.dumps({"cpu_time": time.process_time() - cpu, "step_time": time.perf_counter() - wall,
-                      "reward": round(row["reward_mean"], 6)}), flush=True)
+                      "reward": round(row["reward_mean"], 6), "step": row["step"],
+                      "rollout_time": row["rollout_time"], "update_time": row["update_time"],
+                      "completion_len_mean": row["completion_len_mean"]}), flush=True)
 """
 
 
@@ -98,10 +101,13 @@ def run_paired(trees: dict[str, Path], algo: str, steps: int, threads: int) -> d
             worker.wait()
 
 
-def report_paired(trees: dict[str, Path], algo: str, steps: int, threads: int) -> None:
+def report_paired(trees: dict[str, Path], algo: str, steps: int, threads: int, phases: list[int],
+                  per_step: Path | None) -> None:
     loads = [os.getloadavg()[0]]
     results = run_paired(trees, algo, steps, threads)
     loads.append(os.getloadavg()[0])
+    for records in results.values():
+        add_other_time(records)
     base = next(iter(trees))
     print(f"\nRL step time, paired, {date.today()}, {platform.machine()} {platform.processor() or ''}, "
           f"{os.cpu_count()} cores, {threads} torch thread(s); 1-minute load average {min(loads):.2f}-{max(loads):.2f}; "
@@ -120,6 +126,77 @@ def report_paired(trees: dict[str, Path], algo: str, steps: int, threads: int) -
         print(f"| {algo} | {name} | {statistics.median(r['step_time'] for r in runs):.4f} | "
               f"{statistics.median(r['cpu_time'] for r in runs):.4f} | {cells[0]} | {cells[1]} | "
               f"{'yes' if same else 'NO'} |")
+    print(f"\nBy phase of training ({algo}; wall ms, medians over the group's steps; ratios paired step by "
+          f"step, median (quartiles); other = train_step minus rollout and update)\n")
+    report_groups(results, base, phase_groups(results[base], phases))
+    print(f"\nBy the step's mean completion length ({algo}; {base}'s lengths, three bands of equal count)\n")
+    report_groups(results, base, length_groups(results[base]))
+    if per_step is not None:
+        write_per_step(results, per_step)
+        print(f"\nper-step records: {per_step}")
+
+
+PHASE_KEYS = {"step": "step_time", "rollout": "rollout_time", "update": "update_time", "other": "other_time"}
+
+
+def add_other_time(records: list[dict]) -> None:
+    """other_time: the whole train_step's wall time minus the trainer's own step_time (rollout +
+    update), i.e. what train_step does around them: the snapshot, the metrics row, the weight check."""
+    for record in records:
+        record["other_time"] = record["step_time"] - record["rollout_time"] - record["update_time"]
+
+
+def paired_ratio(ref: list[dict], runs: list[dict], key: str) -> str:
+    """Median and quartiles of the step-by-step ratio ref[key] / runs[key]."""
+    ratios = [b[key] / r[key] for b, r in zip(ref, runs)]
+    if len(ratios) < 2:
+        return f"{ratios[0]:.2f}x"
+    low, _, high = statistics.quantiles(ratios, n=4)
+    return f"{statistics.median(ratios):.2f}x ({low:.2f}-{high:.2f})"
+
+
+def report_groups(results: dict[str, list[dict]], base: str, groups: dict[str, list[int]]) -> None:
+    """Per group of paired steps (a phase of training, a band of completion lengths): the mean
+    completion length, each tree's median times (ms) and the paired ratios against `base`."""
+    print(f"| steps | n | mean completion length | tree | step ms | rollout ms | update ms | other ms | "
+          f"vs {base}: step | rollout | update | other |")
+    print("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for label, indices in groups.items():
+        ref = [results[base][i] for i in indices]
+        length = statistics.mean(r["completion_len_mean"] for r in ref)
+        for name, records in results.items():
+            runs = [records[i] for i in indices]
+            times = " | ".join(f"{statistics.median(r[k] for r in runs) * 1000:.1f}" for k in PHASE_KEYS.values())
+            ratios = " | ".join(paired_ratio(ref, runs, k) for k in PHASE_KEYS.values())
+            print(f"| {label} | {len(indices)} | {length:.2f} | {name} | {times} | {ratios} |")
+
+
+def phase_groups(records: list[dict], edges: list[int]) -> dict[str, list[int]]:
+    """Indices of the paired steps in each phase of training: steps up to edges[0], up to edges[1], ...,
+    then the rest (step numbers as the trainer counts them; step 1, the warm-up, is not in `records`)."""
+    bounds = [1, *(e for e in edges if 1 < e < records[-1]["step"]), records[-1]["step"]]
+    return {f"{lo + 1}-{hi}": [i for i, r in enumerate(records) if lo < r["step"] <= hi]
+            for lo, hi in zip(bounds, bounds[1:])}
+
+
+def length_groups(records: list[dict], bands: int = 3) -> dict[str, list[int]]:
+    """Indices of the paired steps by the baseline's mean completion length, in `bands` bands of
+    (nearly) equal count, shortest first."""
+    order = sorted(range(len(records)), key=lambda i: records[i]["completion_len_mean"])
+    chunks = [order[k * len(order) // bands: (k + 1) * len(order) // bands] for k in range(bands)]
+    return {f"len {records[c[0]]['completion_len_mean']:.2f}-{records[c[-1]]['completion_len_mean']:.2f}": sorted(c)
+            for c in chunks if c}
+
+
+def write_per_step(results: dict[str, list[dict]], path: Path) -> None:
+    """One CSV row per (tree, paired step): the step's times, completion length and reward."""
+    columns = ["tree", "step", "step_time", "cpu_time", "rollout_time", "update_time", "other_time",
+               "completion_len_mean", "reward"]
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        for name, records in results.items():
+            writer.writerows({"tree": name, **r} for r in records)
 
 
 def run(tree: Path, algo: str, steps: int, threads: int) -> dict:
@@ -138,12 +215,19 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--paired", type=int, default=0, metavar="N",
                         help="N steps per tree in long-lived processes taking turns step by step (see above)")
+    parser.add_argument("--phases", type=int, nargs="*", default=[30, 60], metavar="STEP",
+                        help="with --paired: the last step of each phase of training but the last (default 30 60)")
+    parser.add_argument("--per-step", type=Path, metavar="CSV",
+                        help="with --paired: write every paired step's times, completion length and reward")
     args = parser.parse_args()
     trees = dict(item.split("=", 1) for item in args.trees)
     trees = {name: Path(path).resolve() for name, path in trees.items()}
     if args.paired:
         for algo in args.algos:
-            report_paired(trees, algo, args.paired, args.threads)
+            per_step = args.per_step
+            if per_step is not None and len(args.algos) > 1:  # one file per algorithm
+                per_step = per_step.with_name(f"{per_step.stem}_{algo}{per_step.suffix}")
+            report_paired(trees, algo, args.paired, args.threads, args.phases, per_step)
         return
     results = {(name, algo): [] for name in trees for algo in args.algos}
     loads = [os.getloadavg()[0]]
