@@ -54,7 +54,9 @@ print(json.dumps({"step_time": statistics.median(steps["step_time"]),
                   "rollout_time": statistics.median(steps["rollout_time"]),
                   "update_time": statistics.median(steps["update_time"]),
                   "cpu_time": statistics.median(cpu),
-                  "rewards": [round(r, 6) for r in steps["reward_mean"]]}))
+                  "rewards": [round(r, 6) for r in steps["reward_mean"]],
+                  "per_step": [{"step": int(s), "step_time": t, "cpu_time": c}
+                               for s, t, c in zip(steps["step"], steps["step_time"], cpu)]}))
 """
 
 
@@ -199,6 +201,29 @@ def write_per_step(results: dict[str, list[dict]], path: Path) -> None:
             writer.writerows({"tree": name, **r} for r in records)
 
 
+def report_round_phases(results: dict, trees: dict, algos: list[str], edges: list[int]) -> None:
+    """Rounds mode, per phase of training: each run's median step time over the phase's steps, and
+    the per-round ratio against the first tree (median, range). The same processes give every
+    phase, so a ratio that differs between phases differs with the step index, not with the run."""
+    base = next(iter(trees))
+    print("\nBy phase of training (the same runs; per run the median over the phase's steps, then the "
+          "median over rounds; ratios per round, median (range))\n")
+    print(f"| algorithm | steps | tree | s/step | vs {base} | cpu s/step | vs {base}, CPU time |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: |")
+    for algo in algos:
+        for label, indices in phase_groups(results[base, algo][0]["per_step"], edges).items():
+            medians = {name: [{k: statistics.median(run["per_step"][i][k] for i in indices)
+                               for k in ("step_time", "cpu_time")} for run in results[name, algo]]
+                       for name in trees}
+            for name in trees:
+                cells = []
+                for key in ("step_time", "cpu_time"):
+                    ratios = [b[key] / r[key] for b, r in zip(medians[base], medians[name])]
+                    cells.append(f"{statistics.median(r[key] for r in medians[name]):.3f} | "
+                                 f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})")
+                print(f"| {algo} | {label} | {name} | {cells[0]} | {cells[1]} |")
+
+
 def run(tree: Path, algo: str, steps: int, threads: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run([sys.executable, "-c", WORKER, str(tree), algo, str(steps), str(threads)],
@@ -216,7 +241,8 @@ def main() -> None:
     parser.add_argument("--paired", type=int, default=0, metavar="N",
                         help="N steps per tree in long-lived processes taking turns step by step (see above)")
     parser.add_argument("--phases", type=int, nargs="*", default=[30, 60], metavar="STEP",
-                        help="with --paired: the last step of each phase of training but the last (default 30 60)")
+                        help="the last step of each phase of training but the last, for the tables by phase (default 30 60; "
+                             "none: no such table)")
     parser.add_argument("--per-step", type=Path, metavar="CSV",
                         help="with --paired: write every paired step's times, completion length and reward")
     args = parser.parse_args()
@@ -259,6 +285,8 @@ def main() -> None:
                   f"{statistics.median(r['cpu_time'] for r in runs):.3f} | "
                   f"{statistics.median(cpu_ratios):.2f}x ({min(cpu_ratios):.2f}-{max(cpu_ratios):.2f}) | "
                   f"{'yes' if same else 'NO'} |")
+    if args.phases:
+        report_round_phases(results, trees, args.algos, args.phases)
 
 
 if __name__ == "__main__":
