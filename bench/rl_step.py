@@ -21,6 +21,18 @@ A B ...: the order flips every step) for N steps after one warm-up step. Each st
 partner step of the other, taken a few tens of milliseconds apart, so a load change between rounds
 cannot fall on one tree only: on a shared machine the median of the N paired ratios is much steadier
 than the per-round medians above (an A/A run of the same tree gives ~1.00 where rounds swing by 30%).
+Its s/step is the whole train_step; the rounds' s/step is the trainer's own step_time (rollout +
+update, without the snapshot, metrics row and weight check around them, ~2.5 ms that neither tree
+made faster): the paired table gives both, so the two modes compare like with like.
+
+    python bench/rl_step.py --trees before=/path/to/old/checkout after=. --algos grpo --paired 100 \
+        --phases 31 61 --per-step paired.csv
+
+Whether the ratio changes as training goes on: both modes add a table by phase of training
+(`--phases`: the last step of each phase but the last; the trainer counts the warm-up as step 1),
+the rounds mode from the same runs' steps, the paired mode with each phase's rollout, update and
+other time, and a table by the step's mean completion length (the workload of the decode loop and of
+the update). `--per-step CSV` (paired) writes every step's times, completion length and reward.
 """
 
 from __future__ import annotations
@@ -109,25 +121,25 @@ def report_paired(trees: dict[str, Path], algo: str, steps: int, threads: int, p
     results = run_paired(trees, algo, steps, threads)
     loads.append(os.getloadavg()[0])
     for records in results.values():
-        add_other_time(records)
+        add_derived_times(records)
     base = next(iter(trees))
     print(f"\nRL step time, paired, {date.today()}, {platform.machine()} {platform.processor() or ''}, "
           f"{os.cpu_count()} cores, {threads} torch thread(s); 1-minute load average {min(loads):.2f}-{max(loads):.2f}; "
-          f"{steps} steps per tree, the trees taking turns step by step\n")
-    print(f"| algorithm | tree | s/step | cpu s/step | vs {base}, paired steps (median, quartiles) | "
-          f"vs {base}, CPU time, paired steps (median, quartiles) | same rewards |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+          f"{steps} steps per tree, the trees taking turns step by step. s/step: the whole train_step; "
+          f"rollout + update s: the trainer's own step_time, what the rounds table's s/step is\n")
+    print(f"| algorithm | tree | s/step | rollout + update s | cpu s/step | vs {base}, paired steps (median, quartiles) | "
+          f"vs {base}, rollout + update | vs {base}, CPU time | same rewards |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for name in trees:
         runs, ref = results[name], results[base]
         cells = []
-        for key in ("step_time", "cpu_time"):
+        for key in ("step_time", "trainer_time", "cpu_time"):
             ratios = [b[key] / r[key] for b, r in zip(ref, runs)]
             low, mid, high = statistics.quantiles(ratios, n=4)
             cells.append(f"{statistics.median(ratios):.3f}x ({low:.3f}-{high:.3f})")
         same = [r["reward"] for r in runs] == [r["reward"] for r in ref]
-        print(f"| {algo} | {name} | {statistics.median(r['step_time'] for r in runs):.4f} | "
-              f"{statistics.median(r['cpu_time'] for r in runs):.4f} | {cells[0]} | {cells[1]} | "
-              f"{'yes' if same else 'NO'} |")
+        times = " | ".join(f"{statistics.median(r[k] for r in runs):.4f}" for k in ("step_time", "trainer_time", "cpu_time"))
+        print(f"| {algo} | {name} | {times} | {' | '.join(cells)} | {'yes' if same else 'NO'} |")
     print(f"\nBy phase of training ({algo}; wall ms, medians over the group's steps; ratios paired step by "
           f"step, median (quartiles); other = train_step minus rollout and update)\n")
     report_groups(results, base, phase_groups(results[base], phases))
@@ -141,11 +153,13 @@ def report_paired(trees: dict[str, Path], algo: str, steps: int, threads: int, p
 PHASE_KEYS = {"step": "step_time", "rollout": "rollout_time", "update": "update_time", "other": "other_time"}
 
 
-def add_other_time(records: list[dict]) -> None:
-    """other_time: the whole train_step's wall time minus the trainer's own step_time (rollout +
-    update), i.e. what train_step does around them: the snapshot, the metrics row, the weight check."""
+def add_derived_times(records: list[dict]) -> None:
+    """trainer_time: the trainer's own step_time (rollout + update: what a history row and the rounds
+    mode report); other_time: the whole train_step's wall time minus it, i.e. what train_step does
+    around the two phases: the snapshot that makes a step atomic, the metrics row, the weight check."""
     for record in records:
-        record["other_time"] = record["step_time"] - record["rollout_time"] - record["update_time"]
+        record["trainer_time"] = record["rollout_time"] + record["update_time"]
+        record["other_time"] = record["step_time"] - record["trainer_time"]
 
 
 def paired_ratio(ref: list[dict], runs: list[dict], key: str) -> str:
@@ -192,7 +206,7 @@ def length_groups(records: list[dict], bands: int = 3) -> dict[str, list[int]]:
 
 def write_per_step(results: dict[str, list[dict]], path: Path) -> None:
     """One CSV row per (tree, paired step): the step's times, completion length and reward."""
-    columns = ["tree", "step", "step_time", "cpu_time", "rollout_time", "update_time", "other_time",
+    columns = ["tree", "step", "step_time", "cpu_time", "rollout_time", "update_time", "trainer_time", "other_time",
                "completion_len_mean", "reward"]
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
