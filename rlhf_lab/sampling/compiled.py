@@ -62,9 +62,7 @@ def decode_step(model, tokens: torch.Tensor, position: torch.Tensor, cache: Stat
     x = model.model.embed_tokens(tokens[:, None])  # (N, 1, C)
     for layer in model.model.layers:
         x, _ = layer(x, cos, sin, mask, slot_cache)
-    h = model.model.norm(x[:, 0])  # (N, C)
-    with torch.autocast(device_type=h.device.type, enabled=False):  # float32 logits, as the model's forward
-        return F.linear(h.float(), model.lm_head.weight.float())
+    return model.lm_logits(model.model.norm(x[:, 0]))  # (N, V) float32, as the model's forward
 
 
 # TorchInductor's C++ wrapper: the generated code calls its kernels from C++, not from Python
