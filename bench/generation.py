@@ -268,7 +268,9 @@ def main() -> None:
                     where = ["--tree", str(Path(trees[tree]).resolve())] if tree else []
                     out = subprocess.run([sys.executable, __file__, "--one", impl, str(batch), str(new),
                                           "--repeats", str(args.repeats), "--sampling", sampling] + threads + where,
-                                         capture_output=True, text=True, check=True)
+                                         capture_output=True, text=True)
+                    if out.returncode:  # the run's own error, not only its exit status
+                        sys.exit(f"{impl} {batch}x{new} {sampling}{f' @{tree}' if tree else ''} failed:\n{out.stderr}")
                     run = json.loads(out.stdout.strip().splitlines()[-1])
                     if tree and impl != "hf-generate":
                         run["impl"] = f"{impl}@{tree}"
