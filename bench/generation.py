@@ -5,6 +5,8 @@
         --sampling both --rounds 7       # the question of issue 12: the lab's sampler vs transformers'
     python bench/generation.py --in-process --impls lab-static lab-compiled hf-generate --settings 64x32 \
         --threads 2 --sampling both --rounds 9   # the same question, call by call in one process
+    python bench/generation.py --trees before=/path/to/old/checkout after=. --impls lab-compiled hf-generate \
+        --settings 64x32 --threads 2 --sampling sampled   # the lab's code before and after a change
 
 Every configuration runs in its own subprocess so that "peak memory" is that run's peak resident
 set size. A run times `--repeats` calls after a warm-up and keeps the fastest: other jobs on a shared
@@ -14,7 +16,10 @@ RuntimeWarning in a run (lab-compiled: compilation failed, the call decoded eage
 run's line. The implementations take turns (A B A B ...) for `--rounds` rounds, so that a change of load
 on a shared machine hits all of them alike; the table gives the median tokens/s over rounds and the
 median and range of the per-round ratio to transformers, with the load average seen meanwhile and the
-torch thread count. EOS is ignored, so every row generates exactly batch x new_tokens tokens.
+torch thread count. `--trees NAME=PATH ...` runs every lab implementation once per code tree (each
+run imports rlhf_lab from that tree; the script itself is this one), named `impl@NAME`, so that two
+versions of the lab's code take turns in the same rounds; transformers runs once, from the first tree.
+Each row then also gets its ratio to the same implementation in the first tree. EOS is ignored, so every row generates exactly batch x new_tokens tokens.
 `--sampling greedy` decodes with the argmax; `--sampling sampled` draws with temperature 0.7, top-k 20
 and top-p 0.9 on both sides (the same `SamplingConfig`, turned into transformers' arguments by
 `hf_generate_kwargs`), so both run the same three warpers every step.
@@ -38,6 +43,7 @@ import sys
 import time
 import warnings
 from datetime import date
+from pathlib import Path
 
 SETTINGS = [(64, 32), (8, 256)]
 IMPLEMENTATIONS = ["lab-static", "lab-compiled", "lab-dynamic", "lab-paged", "lab-int8", "lab-nocache",
@@ -164,6 +170,15 @@ def in_process(impls: list[str], batch: int, new_tokens: int, sampling: str, rou
           f"average {min(loads):.2f}-{max(loads):.2f}: " + "; ".join(parts), flush=True)
 
 
+def round_ratio(row: dict, baseline: dict | None) -> str:
+    """tokens/s of `row` over `baseline`'s, round by round (the two ran in the same round), as the median
+    and range over rounds; '-' without a baseline."""
+    if baseline is None:
+        return "-"
+    ratios = [a / b for a, b in zip(row["per_round"], baseline["per_round"])]
+    return f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+
+
 def make_call(impl: str, batch: int, sampling: str):
     """call(new_tokens): one generation of `impl` on the benchmark's model and prompts."""
     import torch
@@ -201,6 +216,9 @@ def make_call(impl: str, batch: int, sampling: str):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--one", nargs=3, metavar=("IMPL", "BATCH", "NEW_TOKENS"), help=argparse.SUPPRESS)
+    parser.add_argument("--tree", help=argparse.SUPPRESS)  # --one: import rlhf_lab from this checkout
+    parser.add_argument("--trees", nargs="+", default=[], metavar="NAME=PATH",
+                        help="code trees to compare, each lab implementation run from each (the first is the baseline)")
     parser.add_argument("--repeats", type=int, default=10, help="timed calls per run (the best counts)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median over rounds)")
     parser.add_argument("--impls", nargs="*", default=IMPLEMENTATIONS)
@@ -215,6 +233,8 @@ def main() -> None:
                         help="batch x new tokens, e.g. 64x32 8x256")
     args = parser.parse_args()
     if args.one:
+        if args.tree:
+            sys.path.insert(0, args.tree)
         impl, batch, new = args.one
         print(json.dumps(run_one(impl, int(batch), int(new), args.repeats, args.threads, args.sampling)))
         return
@@ -234,18 +254,28 @@ def main() -> None:
                 in_process(args.impls, batch, new, sampling, args.rounds, args.threads)
         return
     threads = ["--threads", str(args.threads)] if args.threads else []
+    trees = dict(item.split("=", 1) for item in args.trees)
+    contenders = [(impl, None) for impl in args.impls]  # (impl, tree name)
+    if trees:  # every lab implementation from every tree, transformers once, from the first
+        contenders = [(impl, name) for impl in args.impls for name in trees if impl != "hf-generate"] + \
+            [("hf-generate", next(iter(trees)))] * ("hf-generate" in args.impls)
     runs: dict[tuple, list[dict]] = {}
     loads = [os.getloadavg()[0]]
     for round_ in range(args.rounds):
         for sampling in modes:
             for batch, new in settings:
-                for impl in args.impls:  # the implementations take turns within every round
+                for impl, tree in contenders:  # the implementations take turns within every round
+                    where = ["--tree", str(Path(trees[tree]).resolve())] if tree else []
                     out = subprocess.run([sys.executable, __file__, "--one", impl, str(batch), str(new),
-                                          "--repeats", str(args.repeats), "--sampling", sampling] + threads,
-                                         capture_output=True, text=True, check=True)
+                                          "--repeats", str(args.repeats), "--sampling", sampling] + threads + where,
+                                         capture_output=True, text=True)
+                    if out.returncode:  # the run's own error, not only its exit status
+                        sys.exit(f"{impl} {batch}x{new} {sampling}{f' @{tree}' if tree else ''} failed:\n{out.stderr}")
                     run = json.loads(out.stdout.strip().splitlines()[-1])
-                    runs.setdefault((sampling, impl, batch, new), []).append(run)
-                    print(f"  round {round_ + 1} {sampling:7s} {impl:12s} {batch}x{new}: "
+                    if tree and impl != "hf-generate":
+                        run["impl"] = f"{impl}@{tree}"
+                    runs.setdefault((sampling, run["impl"], batch, new), []).append(run)
+                    print(f"  round {round_ + 1} {sampling:7s} {run['impl']:12s} {batch}x{new}: "
                           f"{run['tokens_per_s']:.0f} tok/s" + "".join(f" [warning: {w}]" for w in run["warnings"]),
                           file=sys.stderr, flush=True)
         loads.append(os.getloadavg()[0])
@@ -259,20 +289,20 @@ def main() -> None:
           f"{platform.python_version()}; {args.rounds} interleaved rounds, best of {args.repeats} calls per run; "
           f"1-minute load average {min(loads):.2f}-{max(loads):.2f} (per round: "
           f"{', '.join(f'{v:.2f}' for v in loads)})\n")
+    first = next(iter(trees), None)
     print("| decoding | implementation | batch x new tokens | tokens/s (median) | ms/step | peak RSS (MiB) "
-          "| first call (s, max) | vs hf-generate (median, range) |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
+          "| first call (s, max) | vs hf-generate (median, range) |" + (f" vs @{first} (median, range) |" if trees else ""))
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if trees else ""))
     for sampling in modes:
         for batch, new in settings:
-            group = [r for r in rows if (r["sampling"], r["batch"], r["new_tokens"]) == (sampling, batch, new)]
-            hf = next((r for r in group if r["impl"] == "hf-generate"), None)
-            for r in group:
-                ratio = "-"
-                if hf:  # the ratio of each round's pair, then the median and range over rounds
-                    ratios = [a / b for a, b in zip(r["per_round"], hf["per_round"])]
-                    ratio = f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
-                print(f"| {sampling} | {r['impl']} | {batch} x {new} | {r['tokens_per_s']:.0f} | "
-                      f"{r['ms_per_step']:.2f} | {r['peak_mib']:.0f} | {r['first_call_s']:.2f} | {ratio} |")
+            group = {r["impl"]: r for r in rows if (r["sampling"], r["batch"], r["new_tokens"]) == (sampling, batch, new)}
+            for r in group.values():
+                line = (f"| {sampling} | {r['impl']} | {batch} x {new} | {r['tokens_per_s']:.0f} | "
+                        f"{r['ms_per_step']:.2f} | {r['peak_mib']:.0f} | {r['first_call_s']:.2f} | "
+                        f"{round_ratio(r, group.get('hf-generate'))} |")
+                if trees:
+                    line += f" {round_ratio(r, group.get(r['impl'].split('@')[0] + '@' + first))} |"
+                print(line)
     for sampling in modes:
         for batch, new in settings:
             group = {r["impl"]: r for r in rows if (r["sampling"], r["batch"], r["new_tokens"]) == (sampling, batch, new)}

@@ -400,14 +400,7 @@ class LlamaModel(nn.Module):
             if layer_routing is not None:
                 routing.append(layer_routing)
         h = self.model.norm(x)
-        kept = h[:, -num_logits_to_keep:] if num_logits_to_keep else h
-        # Logits in float32 even under bf16 autocast or with bf16 weights: log-probs and the PPO/GRPO
-        # ratio exp(log pi - log pi_old) are differences of nearly equal numbers, and bf16 keeps 8 bits.
-        if kept.dtype == self.lm_head.weight.dtype == torch.float32 and not torch.is_autocast_enabled(kept.device.type):
-            logits = F.linear(kept, self.lm_head.weight)  # already float32, and no autocast to turn off
-        else:
-            with torch.autocast(device_type=kept.device.type, enabled=False):
-                logits = F.linear(kept.float(), self.lm_head.weight.float())
+        logits = self.lm_logits(h[:, -num_logits_to_keep:] if num_logits_to_keep else h)
         values = self.value_head(h).squeeze(-1).float() if self.value_head is not None else None
         if routing:  # MoE: the router outputs and the auxiliary loss over this call's non-padding tokens
             router_logits = tuple(r for r, _ in routing)
@@ -416,6 +409,17 @@ class LlamaModel(nn.Module):
                                expert_indices=tuple(e for _, e in routing),
                                aux_loss=moe_aux_loss(self.config, router_logits, real))
         return ModelOutput(logits=logits, cache=cache, values=values, hidden_states=h)
+
+    def lm_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """The LM head on final (normed) hidden states (..., C) -> logits (..., V), always float32.
+
+        Float32 even under bf16 autocast or with bf16 weights: log-probs and the PPO/GRPO ratio
+        exp(log pi - log pi_old) are differences of nearly equal numbers, and bf16 keeps 8 bits.
+        """
+        if h.dtype == self.lm_head.weight.dtype == torch.float32 and not torch.is_autocast_enabled(h.device.type):
+            return F.linear(h, self.lm_head.weight)  # already float32, and no autocast to turn off
+        with torch.autocast(device_type=h.device.type, enabled=False):
+            return F.linear(h.float(), self.lm_head.weight.float())
 
     @staticmethod
     def default_position_ids(attention_mask: torch.Tensor | None, batch: int, num_new: int, past_len: int,

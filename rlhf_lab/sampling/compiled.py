@@ -62,9 +62,7 @@ def decode_step(model, tokens: torch.Tensor, position: torch.Tensor, cache: Stat
     x = model.model.embed_tokens(tokens[:, None])  # (N, 1, C)
     for layer in model.model.layers:
         x, _ = layer(x, cos, sin, mask, slot_cache)
-    h = model.model.norm(x[:, 0])  # (N, C)
-    with torch.autocast(device_type=h.device.type, enabled=False):  # float32 logits, as the model's forward
-        return F.linear(h.float(), model.lm_head.weight.float())
+    return model.lm_logits(model.model.norm(x[:, 0]))  # (N, V) float32, as the model's forward
 
 
 # TorchInductor's C++ wrapper: the generated code calls its kernels from C++, not from Python
@@ -132,8 +130,9 @@ class CompiledSteps:
 
     Holds what stays fixed over the call: the mask of padding, each row's offset, the RoPE table and
     the position tensor (refilled each step: the same tensor, so nothing for a guard to see change).
-    Only the model's step is compiled; the processors and the choice of the token run eagerly after it,
-    one graph serving greedy decoding and every sampling setting. Both were tried inside the graph,
+    Only the model's step is compiled; the processors and the choice of the token run eagerly after it
+    (temperature + top-k + top-p in `fused.py`'s few ops on top-k's survivors), one graph serving greedy
+    decoding and every sampling setting. Both were tried inside the graph,
     the race's Exp(1) numbers drawn eagerly with the call's generator and passed in (a graph cannot
     draw with a `torch.Generator`), and whole 64 x 32 calls were no faster (bench/RESULTS.md,
     "Generation"; interleaved, under load): sampled (temperature, top-k, top-p and the race in the

@@ -25,6 +25,7 @@ from ..model.kv_cache import DynamicCache, StaticCache
 from ..validation import check_bool, check_choice, check_number
 from .compiled import CompiledSteps, compiled_cache_length
 from .config import SamplingConfig
+from .fused import fused_sampler_applies, sample_fused
 from .processors import build_stages, make_generator, sample_next_token
 
 CACHE_KINDS = ("static", "dynamic", "paged", "int8", "none")
@@ -222,7 +223,9 @@ def _generate(model, prompt_ids, prompt_mask, config, G, generator, cache, stop_
     logprobs = torch.zeros((N, T_max), dtype=torch.float32, device=device) if config.return_logprobs else None
     done = torch.zeros(N, dtype=torch.bool, device=device)
     # The processor chain is built once; only the repetition penalty reads the mask, which grows each step.
-    stages = build_stages(config)
+    # Temperature, top-k and top-p alone (the usual sampler) run fused on top-k's survivors instead.
+    fused_sampling = fused_sampler_applies(config)
+    stages = [] if fused_sampling else build_stages(config)
     reads_mask = config.repetition_penalty != 1.0
     # Only no-repeat-ngram can remove every token of a row; otherwise that check would be wasted work.
     check_removed = config.no_repeat_ngram_size > 0
@@ -236,7 +239,9 @@ def _generate(model, prompt_ids, prompt_mask, config, G, generator, cache, stop_
         scores = logits
         for _, stage in build_stages(config, mask[:, :width]) if reads_mask else stages:  # off: not in the list
             scores = stage(scores, ids[:, :width])
-        if config.do_sample or logprobs is not None:
+        if fused_sampling:
+            tokens, token_logprobs = sample_fused(scores, config, generator, return_logprobs=logprobs is not None)
+        elif config.do_sample or logprobs is not None:
             tokens, token_logprobs = sample_next_token(scores, config, generator, check_removed=check_removed,
                                                        return_logprobs=logprobs is not None)
         else:  # plain greedy: the argmax is all we need
