@@ -254,8 +254,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--paired", type=int, default=0, metavar="N",
                         help="N steps per tree in long-lived processes taking turns step by step (see above)")
-    parser.add_argument("--phases", type=int, nargs="*", default=[30, 60], metavar="STEP",
-                        help="the last step of each phase of training but the last, for the tables by phase (default 30 60; "
+    parser.add_argument("--phases", type=int, nargs="*", default=[31, 61], metavar="STEP",
+                        help="the last step of each phase of training but the last, for the tables by phase (default 31 61: steps 2-31 are a 30-step run's; "
                              "none: no such table)")
     parser.add_argument("--per-step", type=Path, metavar="CSV",
                         help="with --paired: write every paired step's times, completion length and reward")
