@@ -304,7 +304,8 @@ def exponential_like(probs: torch.Tensor, generator: torch.Generator | None = No
     Why not call exponential_. On the CPU it turns one float64 uniform u per element into -log(1 - u) one
     element at a time, ~20 ns each: at 64 rows x 58 tokens, the largest single cost of a sampled decoding
     step after the model. Drawing those uniforms with `uniform_` in float64 and taking -log1p(-u) over the
-    whole tensor gives the same float32 numbers bit for bit, 2-3x sooner (bench/RESULTS.md, "Generation").
+    whole tensor gives the same float32 numbers bit for bit, 2.4x sooner at (64, 58) and 2.8x at (256, 58)
+    with 1 thread (`python bench/exponential_draw.py`; bench/RESULTS.md, "Generation").
     That equality is a property of torch's kernels, not a promise, so `uniform_gives_exponential` checks
     it once per process; where it fails, on other devices and other dtypes, exponential_ runs itself.
     """
