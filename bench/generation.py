@@ -19,7 +19,8 @@ median and range of the per-round ratio to transformers, with the load average s
 torch thread count. `--trees NAME=PATH ...` runs every lab implementation once per code tree (each
 run imports rlhf_lab from that tree; the script itself is this one), named `impl@NAME`, so that two
 versions of the lab's code take turns in the same rounds; transformers runs once, from the first tree.
-Each row then also gets its ratio to the same implementation in the first tree. EOS is ignored, so every row generates exactly batch x new_tokens tokens.
+Each row then also gets its ratio to the same implementation in the first tree. EOS is ignored, so
+every row generates exactly batch x new_tokens tokens.
 `--sampling greedy` decodes with the argmax; `--sampling sampled` draws with temperature 0.7, top-k 20
 and top-p 0.9 on both sides (the same `SamplingConfig`, turned into transformers' arguments by
 `hf_generate_kwargs`), so both run the same three warpers every step.
