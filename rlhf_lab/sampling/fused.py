@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from .config import SamplingConfig
-from .processors import FILTER_VALUE, build_stages, exponential_like, sample_next_token
+from .processors import FILTER_VALUE, exponential_like, process_logits, sample_next_token
 
 
 def fused_sampler_applies(config: SamplingConfig) -> bool:
@@ -50,15 +50,15 @@ def sample_fused(scores: torch.Tensor, config: SamplingConfig, generator: torch.
     Returns tokens (batch,) int64 and, unless return_logprobs is False, their log-probs (batch,) float32
     under the distribution drawn from.
     """
-    scores = scores.float()
-    if config.temperature != 1.0:
-        scores = scores / config.temperature  # as apply_temperature
+    raw = scores.float()
+    scores = raw / config.temperature if config.temperature != 1.0 else raw  # as apply_temperature
     vocab, keep = scores.shape[-1], config.min_tokens_to_keep
     k = min(max(config.top_k, keep), vocab) if config.top_k else vocab
     if k < vocab:
         values, ids = torch.topk(scores, k + 1, dim=-1)  # one more, to see ties with the k-th
-        if bool((values[:, k] == values[:, k - 1]).any()):  # the chain keeps every tied token: let it
-            return chain(scores, config, generator, return_logprobs)
+        if bool((values[:, k] == values[:, k - 1]).any()):  # the chain keeps every tied token: run it
+            return sample_next_token(process_logits(raw, None, config), config, generator, check_removed=False,
+                                     return_logprobs=return_logprobs)
         values, ids = values[:, :k], ids[:, :k]
     else:
         values, ids = torch.sort(scores, dim=-1, descending=True)
@@ -73,11 +73,3 @@ def sample_fused(scores: torch.Tensor, config: SamplingConfig, generator: torch.
     choice = (logprobs.exp() / race).argmax(dim=-1, keepdim=True)  # (batch, 1) position among survivors
     tokens = ids.gather(1, choice).squeeze(1)
     return tokens, logprobs.gather(1, choice).squeeze(1) if return_logprobs else None
-
-
-def chain(scores: torch.Tensor, config: SamplingConfig, generator, return_logprobs: bool):
-    """The stage-by-stage route on already tempered scores (the fallback for ties with the k-th score)."""
-    for name, stage in build_stages(config):
-        if name != "temperature":
-            scores = stage(scores, None)
-    return sample_next_token(scores, config, generator, check_removed=False, return_logprobs=return_logprobs)
