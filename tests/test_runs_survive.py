@@ -29,6 +29,7 @@ import torch
 from safetensors.torch import load_file
 
 from rlhf_lab.atomic import FolderInUseError, FolderLock, recover_folder, replace_folder
+from rlhf_lab.callbacks import NonFiniteLossError
 from rlhf_lab.checkpoints import CheckpointError, load_checkpoint
 from rlhf_lab.cli import main
 from rlhf_lab.model.hf import from_pretrained, save_pretrained
@@ -350,6 +351,27 @@ def test_non_finite_weights_after_a_step_stop_training_and_keep_the_last_good_on
     assert trainer.stop_reason == "non_finite" and trainer.step == 1 and len(trainer.rows) == 2
     for name, value in trainer.model.state_dict().items():
         assert torch.equal(value, after_one[name]), name
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_the_weight_check_names_the_parameter_holding_a_non_finite_value(bad):
+    trainer = SFTTrainer(SFTConfig(n_train=50, n_test=10, eval_examples=10), default_tokenizer())
+    trainer.check_finite_weights()  # fresh weights: nothing to report
+    with torch.no_grad():
+        trainer.model.model.layers[1].mlp.up_proj.weight.view(-1)[-1] = bad
+    with pytest.raises(NonFiniteLossError, match=r"model\.model\.layers\.1\.mlp\.up_proj\.weight"):
+        trainer.check_finite_weights()
+
+
+def test_the_weight_check_lets_huge_finite_weights_pass():
+    # The one-look test sums the weights' norms. Weights of 3e38 (float32's largest is ~3.4e38) have a
+    # norm of 3e38 * sqrt(numel), past float32's range however a platform computes it: inf, although
+    # every weight is finite. The look per parameter then finds nothing to report.
+    trainer = SFTTrainer(SFTConfig(n_train=50, n_test=10, eval_examples=10), default_tokenizer())
+    with torch.no_grad():
+        trainer.model.lm_head.weight.fill_(3e38)
+    assert not torch.isfinite(torch.linalg.vector_norm(trainer.model.lm_head.weight))
+    trainer.check_finite_weights()
 
 
 def test_a_nan_or_negative_learning_rate_set_after_construction_is_refused():
