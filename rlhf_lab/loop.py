@@ -134,8 +134,8 @@ class TrainingLoop:
         One look at all the weights first: the sum of their norms is finite exactly when every weight
         is, unless the sum itself overflows (weights of ~1e19 and more, all finite). Only when it is
         not finite are the parameters looked at one by one, to name the culprit (or to find none).
-        With ~20 weight tensors that is ~5x faster than the look per parameter (~0.1 against ~0.45
-        ms per step on a 2-core CPU), which every step would otherwise pay."""
+        With ~20 weight tensors that is ~3x faster than the look per parameter inside a training loop
+        (0.19 against 0.57 ms per step on a 2-core CPU), a cost every step pays."""
         modules = self.state_modules()
         with torch.no_grad():
             norms = [torch.linalg.vector_norm(p) for module in modules.values() for p in module.parameters()]
