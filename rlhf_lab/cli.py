@@ -80,7 +80,8 @@ def add_sft_parser(subparsers) -> None:
     parser.add_argument("--save-every", type=int, default=10, metavar="N",
                         help="save the resumable state every N steps, and at any stop (default: 10; 0: only at the end)")
     parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (default: 1, the fastest for a model this small)")
+                        help="torch CPU threads (default: 1: two are faster on an idle 2-core CPU, slower beside a "
+                             "busy core; bench/RESULTS.md, \"Threads\")")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
