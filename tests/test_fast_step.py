@@ -163,15 +163,16 @@ def test_half_split_rope_is_the_pairwise_rotation_bit_for_bit(table_shape):
     assert torch.equal(apply_rope(x, cos, sin), expected)
 
 
-@pytest.mark.parametrize("keys", [3, 13, 16, 21])
-def test_attention_with_padded_softmax_equals_the_formula(keys):
+@pytest.mark.parametrize("queries, keys", [(4, 3), (4, 13), (4, 16), (4, 21), (1, 1), (1, 9), (1, 12), (1, 13)])
+def test_attention_with_padded_softmax_equals_the_formula(queries, keys):
     """grouped_attention pads key axes under 16 with -inf keys on the CPU: the output must equal
-    softmax(q k^T / sqrt(D) + mask) v written out. Only the float32 sum order of the softmax
-    differs: a few eps relative to values of order 1 (|v| ~ 1, probabilities sum to 1)."""
+    softmax(q k^T / sqrt(D) + mask) v written out, for the update's shapes (4 queries) and a decoding
+    step's (1 query). Only the float32 sum order of the softmax differs: a few eps relative to values
+    of order 1 (|v| ~ 1, probabilities sum to 1)."""
     from rlhf_lab.model.transformer import grouped_attention
 
     g = torch.Generator().manual_seed(1)
-    B, H, K, T, D = 2, 4, 2, 4, 16
+    B, H, K, T, D = 2, 4, 2, queries, 16
     q, k, v = (torch.randn(B, n, t, D, generator=g) for n, t in ((H, T), (K, keys), (K, keys)))
     mask = torch.rand(B, 1, T, keys, generator=g) > 0.3
     mask[..., -1] = True  # every query sees at least one key
