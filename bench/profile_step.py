@@ -28,7 +28,10 @@ backward, on one rollout) and `--steps` rollouts' `generate` calls, each after a
 aten ops by self CPU time per call, with their shapes and count per call, and for the matmuls (mm, bmm,
 addmm) their FLOPs and the GFLOP/s they reached against the F.linear throughput measured here. Self
 times under the profiler include its own overhead (a few us per op), so the op table's total exceeds
-the phase times above.
+the phase times above. The profiler's records also split the heap's free blocks, and without a
+reserve (`--reserve-mb`, Linux with glibc) the step's large tensors land on fresh pages: ~3,000 page
+faults per update, which the step itself does not take, charged to whichever ops write large outputs.
+Each table gives the page faults per call with and without the profiler: they should be close.
 """
 
 # The timed lambdas below are called at once, inside the loop iteration that defines them, so binding
@@ -95,14 +98,51 @@ def matmul_flops(name: str, shapes: list) -> float:
     return 2.0 * batch * left[-2] * left[-1] * right[-1]
 
 
+def minor_faults() -> int:
+    """Page faults of this process so far that found no page (a fresh zeroed page mapped in); 0 where
+    the OS does not say (no `resource` module)."""
+    try:
+        import resource
+    except ImportError:
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def reserve_heap(megabytes: int) -> bool:
+    """Touch `megabytes` of heap and free them, with glibc told to keep them (trim threshold raised):
+    the memory the profiler's records take in the middle of the step's free blocks then comes from
+    pages already mapped. Without it, the profiler's many small records split the blocks the step's
+    tensors would reuse, the heap grows by ~12 MB per profiled update, and each op that writes a large
+    output pays for fresh pages: ~3,000 page faults per update, ~3x its time without the profiler,
+    which takes no page fault in the step (measured 2026-12-03). Linux with glibc only: False elsewhere."""
+    from rlhf_lab.rl.allocator import M_TRIM_THRESHOLD, MMAP_THRESHOLD_BYTES, keep_freed_memory
+
+    if not keep_freed_memory():  # the trainer has set them already; False off glibc or under the environment's own
+        return False
+    import ctypes
+
+    ctypes.CDLL("libc.so.6").mallopt(M_TRIM_THRESHOLD, 2 * megabytes * 2**20)
+    block = MMAP_THRESHOLD_BYTES // 4  # under the mmap threshold: from the heap, back to the heap when freed
+    blocks = [torch.ones(block // 4) for _ in range(megabytes * 2**20 // block)]  # float32: touched
+    del blocks
+    return True
+
+
 def op_table(title: str, fn, calls: int, gflops: float, top: int = 25) -> None:
-    """Profile `calls` calls of fn (after one warm-up call) and print the top aten ops by self CPU time per call."""
+    """Profile `calls` calls of fn (after one warm-up call) and print the top aten ops by self CPU time
+    per call, and the page faults per call with and without the profiler (see reserve_heap)."""
     from torch.profiler import ProfilerActivity, profile
 
     fn()
+    faults = minor_faults()
+    for _ in range(calls):
+        fn()
+    faults_alone = (minor_faults() - faults) / calls
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        faults = minor_faults()
         for _ in range(calls):
             fn()
+        faults_profiled = (minor_faults() - faults) / calls
     ops = [e for e in prof.key_averages(group_by_input_shape=True) if e.key.startswith("aten::")]
     total = sum(e.self_cpu_time_total for e in ops) / calls / 1e3  # ms per call
     matmul = sum(e.self_cpu_time_total for e in ops if e.key in MATMULS) / calls / 1e3
@@ -110,7 +150,8 @@ def op_table(title: str, fn, calls: int, gflops: float, top: int = 25) -> None:
     count = sum(e.count for e in ops) / calls
     print(f"\n{title}: {count:.0f} aten calls per call (nested ones included), self CPU {total:.1f} ms per call under the "
           f"profiler, of which matmuls {matmul:.1f} ms for {flops / 1e6:.0f} MFLOP ({flops / max(matmul, 1e-9) / 1e6:.0f} "
-          f"GFLOP/s; F.linear alone: {gflops:.0f} GFLOP/s, so {flops / gflops / 1e6:.1f} ms at that rate)\n")
+          f"GFLOP/s; F.linear alone: {gflops:.0f} GFLOP/s, so {flops / gflops / 1e6:.1f} ms at that rate); page faults "
+          f"per call {faults_profiled:.0f} under the profiler, {faults_alone:.0f} without it\n")
     print("| op | input shapes | calls | self CPU ms | share | MFLOP | GFLOP/s |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for e in sorted(ops, key=lambda e: -e.self_cpu_time_total)[:top]:
@@ -128,6 +169,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--ops", action="store_true", help="also the top aten ops of the update and the decode loop")
+    parser.add_argument("--reserve-mb", type=int, default=512,
+                        help="--ops: heap touched and kept before profiling, so the profiler's own records do not "
+                             "put the step's tensors on fresh pages (0: none)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     load = [os.getloadavg()[0]]
@@ -255,6 +299,8 @@ def main() -> None:
           f"floor {total_flops / gflops_update / 1e6:.1f} ms at the update's throughput; the step takes "
           f"{step * 1e3:.1f} ms ({step / (total_flops / gflops_update / 1e9):.0f}x the floor).")
     if args.ops:
+        reserved = args.reserve_mb > 0 and reserve_heap(args.reserve_mb)
+        print(f"\nHeap reserved before profiling: {f'{args.reserve_mb} MB' if reserved else 'none'}")
         with torch.no_grad():
             rollout = trainer.collect_rollout(with_reference=False)
         trainer.algorithm.compute_advantages(rollout)
