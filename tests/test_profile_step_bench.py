@@ -5,7 +5,6 @@ tensors on fresh pages, and the op table's report of page faults with and withou
 from __future__ import annotations
 
 import ctypes.util
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -36,11 +35,8 @@ PAGES = 16 * 2 * 2**20 // 4096
 
 
 @pytest.fixture(scope="module")
-def profile_step():
-    spec = importlib.util.spec_from_file_location("profile_step", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def profile_step(bench_script):
+    return bench_script("profile_step")
 
 
 def touch_faults(mode: str) -> int:

@@ -4,20 +4,13 @@ by completion length, and what the derived times are (the numbers its tables are
 from __future__ import annotations
 
 import csv
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "rl_step.py"
-
 
 @pytest.fixture(scope="module")
-def rl_step():
-    spec = importlib.util.spec_from_file_location("rl_step", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def rl_step(bench_script):
+    return bench_script("rl_step")
 
 
 def records(lengths):

@@ -4,7 +4,6 @@ benchmark's business, never a test's: timings here are not asserted.)"""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -17,11 +16,8 @@ SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "threads.py"
 
 
 @pytest.fixture(scope="module")
-def threads():
-    spec = importlib.util.spec_from_file_location("threads_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def threads(bench_script):
+    return bench_script("threads")
 
 
 @pytest.fixture

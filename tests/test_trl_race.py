@@ -4,21 +4,14 @@ step-1 check itself where trl is installed (`pip install -e .[bench]`; CI does n
 from __future__ import annotations
 
 import argparse
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "trl_race.py"
-
 
 @pytest.fixture(scope="module")
-def trl_race():
-    spec = importlib.util.spec_from_file_location("trl_race", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # imports only rlhf_lab: trl is imported inside the functions that use it
-    return module
+def trl_race(bench_script):
+    return bench_script("trl_race")
 
 
 def test_trl_side_sees_the_labs_reward_and_tokens(trl_race):
