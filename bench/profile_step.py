@@ -113,11 +113,11 @@ def reserve_heap(megabytes: int) -> bool:
     the memory the profiler's records take in the middle of the step's free blocks then comes from
     pages already mapped. Without it, the profiler's many small records split the blocks the step's
     tensors would reuse, the heap grows by ~12 MB per profiled update, and each op that writes a large
-    output pays for fresh pages: ~3,000 page faults per update, ~3x its time without the profiler,
-    which takes no page fault in the step (measured 2026-12-03). Linux with glibc only: False elsewhere."""
+    output pays for fresh pages: ~3,000 page faults per update, which then took ~3x as long as without
+    the profiler, where it takes none (measured 2026-12-03). Linux with glibc only: False elsewhere."""
     from rlhf_lab.rl.allocator import M_TRIM_THRESHOLD, MMAP_THRESHOLD_BYTES, keep_freed_memory
 
-    if not keep_freed_memory():  # the trainer has set them already; False off glibc or under the environment's own
+    if not keep_freed_memory():  # the trainer's thresholds; False off Linux / glibc, or when the environment sets them
         return False
     import ctypes
 
