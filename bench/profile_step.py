@@ -115,13 +115,10 @@ def reserve_heap(megabytes: int) -> bool:
     tensors would reuse, the heap grows by ~12 MB per profiled update, and each op that writes a large
     output pays for fresh pages: ~3,000 page faults per update, which then took ~3x as long as without
     the profiler, where it takes none (measured 2026-12-03). Linux with glibc only: False elsewhere."""
-    from rlhf_lab.rl.allocator import M_TRIM_THRESHOLD, MMAP_THRESHOLD_BYTES, keep_freed_memory
+    from rlhf_lab.rl.allocator import MMAP_THRESHOLD_BYTES, keep_freed_memory
 
-    if not keep_freed_memory():  # the trainer's thresholds; False off Linux / glibc, or when the environment sets them
+    if not keep_freed_memory(trim_threshold_bytes=2 * megabytes * 2**20):  # False off glibc or under the environment's own
         return False
-    import ctypes
-
-    ctypes.CDLL("libc.so.6").mallopt(M_TRIM_THRESHOLD, 2 * megabytes * 2**20)
     block = MMAP_THRESHOLD_BYTES // 4  # under the mmap threshold: from the heap, back to the heap when freed
     blocks = [torch.ones(block // 4) for _ in range(megabytes * 2**20 // block)]  # float32: touched
     del blocks
@@ -173,6 +170,8 @@ def main() -> None:
                         help="--ops: heap touched and kept before profiling, so the profiler's own records do not "
                              "put the step's tensors on fresh pages (0: none)")
     args = parser.parse_args()
+    if args.reserve_mb < 0:
+        parser.error(f"--reserve-mb must be 0 (no reserve) or a positive number of MB, got {args.reserve_mb}")
     torch.set_num_threads(args.threads)
     load = [os.getloadavg()[0]]
     trainer = Trainer(make_config(args.algo, eval_every=0, eval_examples=1, seed=0))
@@ -299,7 +298,7 @@ def main() -> None:
           f"floor {total_flops / gflops_update / 1e6:.1f} ms at the update's throughput; the step takes "
           f"{step * 1e3:.1f} ms ({step / (total_flops / gflops_update / 1e9):.0f}x the floor).")
     if args.ops:
-        reserved = args.reserve_mb > 0 and reserve_heap(args.reserve_mb)
+        reserved = args.reserve_mb and reserve_heap(args.reserve_mb)
         print(f"\nHeap reserved before profiling: {f'{args.reserve_mb} MB' if reserved else 'none'}")
         with torch.no_grad():
             rollout = trainer.collect_rollout(with_reference=False)

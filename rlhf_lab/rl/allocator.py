@@ -27,12 +27,14 @@ TRIM_THRESHOLD_BYTES = 64 * 2**20
 ENVIRONMENT = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 
 
-def keep_freed_memory() -> bool:
+def keep_freed_memory(trim_threshold_bytes: int = TRIM_THRESHOLD_BYTES) -> bool:
     """Set glibc's mmap and trim thresholds so that freed memory stays in the process (see above).
 
     Returns True when they were set. Does nothing and returns False off Linux, without glibc, or when
     the environment sets either threshold itself: the user's choice wins (to keep glibc's behaviour,
-    start Python with MALLOC_TRIM_THRESHOLD_=131072, its default). Calling it again changes nothing.
+    start Python with MALLOC_TRIM_THRESHOLD_=131072, its default). Calling it again with the same
+    threshold changes nothing. `trim_threshold_bytes`: how much freed memory may stay (a profiler that
+    reserves more heap than the default keeps, bench/profile_step.py, raises it).
     """
     if not sys.platform.startswith("linux") or any(name in os.environ for name in ENVIRONMENT):
         return False
@@ -41,4 +43,4 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError):  # another C library (musl): leave it alone
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) & bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) & bool(mallopt(M_TRIM_THRESHOLD, trim_threshold_bytes))
