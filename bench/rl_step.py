@@ -33,6 +33,15 @@ Whether the ratio changes as training goes on: both modes add a table by phase o
 the rounds mode from the same runs' steps, the paired mode with each phase's rollout, update and
 other time, and a table by the step's mean completion length (the workload of the decode loop and of
 the update). `--per-step CSV` (paired) writes every step's times, completion length and reward.
+
+    python bench/rl_step.py --trees before=/path/to/old/checkout after=. --algos grpo --paired 100 --repeats 5
+
+--repeats R (paired): R sets of fresh processes, one set after the other. The median paired ratio
+moves from one set of processes to the next (eight sets of the same two trees in one hour: 2.24x to
+2.42x; bench/RESULTS.md, eighth round): heap layout, which core each process runs on and the state
+of the machine's host are fixed for a process's life, and the steps of one set share them. The table
+pools all steps and adds the median and range of the R sets' medians: the spread to hold a small
+difference against.
 """
 
 from __future__ import annotations
@@ -116,20 +125,31 @@ def run_paired(trees: dict[str, Path], algo: str, steps: int, threads: int) -> d
 
 
 def report_paired(trees: dict[str, Path], algo: str, steps: int, threads: int, phases: list[int],
-                  per_step: Path | None) -> None:
+                  per_step: Path | None, repeats: int = 1) -> None:
     loads = [os.getloadavg()[0]]
-    results = run_paired(trees, algo, steps, threads)
-    loads.append(os.getloadavg()[0])
-    for records in results.values():
-        add_derived_times(records)
     base = next(iter(trees))
+    runs_of_pairs = []  # one {tree: records} per set of fresh processes
+    for repeat in range(repeats):
+        results = run_paired(trees, algo, steps, threads)
+        for records in results.values():
+            add_derived_times(records)
+        runs_of_pairs.append(results)
+        loads.append(os.getloadavg()[0])
+        if repeats > 1:
+            medians = ", ".join(f"{name} {run_medians([results], base, name, 'step_time')[0]:.3f}x"
+                                for name in list(trees)[1:])
+            print(f"processes {repeat + 1} of {repeats}: median paired step ratio vs {base}: {medians}; "
+                  f"load {loads[-1]:.2f}", flush=True)
+    results = pool_runs(runs_of_pairs)
     print(f"\nRL step time, paired, {date.today()}, {platform.machine()} {platform.processor() or ''}, "
           f"{os.cpu_count()} cores, {threads} torch thread(s); 1-minute load average {min(loads):.2f}-{max(loads):.2f}; "
-          f"{steps} steps per tree, the trees taking turns step by step. s/step: the whole train_step; "
+          f"{steps} steps per tree{f' in each of {repeats} sets of fresh processes (pooled below)' if repeats > 1 else ''}, "
+          f"the trees taking turns step by step. s/step: the whole train_step; "
           f"rollout + update s: the trainer's own step_time, what the rounds table's s/step is\n")
+    per_run = f" | vs {base}, per set of processes (median of {repeats} medians, range)" if repeats > 1 else ""
     print(f"| algorithm | tree | s/step | rollout + update s | cpu s/step | vs {base}, paired steps (median, quartiles) | "
-          f"vs {base}, rollout + update | vs {base}, CPU time | same rewards |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+          f"vs {base}, rollout + update | vs {base}, CPU time{per_run} | same rewards |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if repeats > 1 else "") + " --- |")
     for name in trees:
         runs, ref = results[name], results[base]
         cells = []
@@ -137,7 +157,10 @@ def report_paired(trees: dict[str, Path], algo: str, steps: int, threads: int, p
             ratios = [b[key] / r[key] for b, r in zip(ref, runs)]
             low, mid, high = statistics.quantiles(ratios, n=4)
             cells.append(f"{statistics.median(ratios):.3f}x ({low:.3f}-{high:.3f})")
-        same = [r["reward"] for r in runs] == [r["reward"] for r in ref]
+        if repeats > 1:
+            medians = run_medians(runs_of_pairs, base, name, "step_time")
+            cells.append(f"{statistics.median(medians):.3f}x ({min(medians):.3f}-{max(medians):.3f})")
+        same = all([r["reward"] for r in run[name]] == [r["reward"] for r in run[base]] for run in runs_of_pairs)
         times = " | ".join(f"{statistics.median(r[k] for r in runs):.4f}" for k in ("step_time", "trainer_time", "cpu_time"))
         print(f"| {algo} | {name} | {times} | {' | '.join(cells)} | {'yes' if same else 'NO'} |")
     print(f"\nBy phase of training ({algo}; wall ms, medians over the group's steps; ratios paired step by "
@@ -148,6 +171,21 @@ def report_paired(trees: dict[str, Path], algo: str, steps: int, threads: int, p
     if per_step is not None:
         write_per_step(results, per_step)
         print(f"\nper-step records: {per_step}")
+
+
+def pool_runs(runs_of_pairs: list[dict[str, list[dict]]]) -> dict[str, list[dict]]:
+    """The records of several sets of processes, one list per tree, in the same order for every tree
+    (so that record i of one tree is still the partner of record i of another), each marked with the
+    number of its set ("run", from 1)."""
+    return {name: [{**record, "run": i + 1} for i, run in enumerate(runs_of_pairs) for record in run[name]]
+            for name in runs_of_pairs[0]}
+
+
+def run_medians(runs_of_pairs: list[dict[str, list[dict]]], base: str, name: str, key: str) -> list[float]:
+    """Per set of processes, the median paired ratio base[key] / name[key]. Their spread is the noise of
+    the median itself from one set of fresh processes to the next (heap layout, which core, the
+    machine's state), which the quartiles of one set's steps do not show."""
+    return [statistics.median(b[key] / r[key] for b, r in zip(run[base], run[name])) for run in runs_of_pairs]
 
 
 PHASE_KEYS = {"step": "step_time", "rollout": "rollout_time", "update": "update_time", "other": "other_time"}
@@ -206,7 +244,7 @@ def length_groups(records: list[dict], bands: int = 3) -> dict[str, list[int]]:
 
 def write_per_step(results: dict[str, list[dict]], path: Path) -> None:
     """One CSV row per (tree, paired step): the step's times, completion length and reward."""
-    columns = ["tree", "step", "step_time", "cpu_time", "rollout_time", "update_time", "trainer_time", "other_time",
+    columns = ["tree", "run", "step", "step_time", "cpu_time", "rollout_time", "update_time", "trainer_time", "other_time",
                "completion_len_mean", "reward"]
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
@@ -257,9 +295,14 @@ def main() -> None:
     parser.add_argument("--phases", type=int, nargs="*", default=[31, 61], metavar="STEP",
                         help="the last step of each phase of training but the last, for the tables by phase (default 31 61: steps 2-31 are a 30-step run's; "
                              "none: no such table)")
+    parser.add_argument("--repeats", type=int, default=1, metavar="R",
+                        help="with --paired: R sets of fresh processes, one after the other; the tables pool their "
+                             "steps and add the median and range of the R sets' median ratios")
     parser.add_argument("--per-step", type=Path, metavar="CSV",
                         help="with --paired: write every paired step's times, completion length and reward")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats must be a whole number >= 1 (sets of fresh processes), got {args.repeats}")
     trees = dict(item.split("=", 1) for item in args.trees)
     trees = {name: Path(path).resolve() for name, path in trees.items()}
     if args.paired:
@@ -267,7 +310,7 @@ def main() -> None:
             per_step = args.per_step
             if per_step is not None and len(args.algos) > 1:  # one file per algorithm
                 per_step = per_step.with_name(f"{per_step.stem}_{algo}{per_step.suffix}")
-            report_paired(trees, algo, args.paired, args.threads, args.phases, per_step)
+            report_paired(trees, algo, args.paired, args.threads, args.phases, per_step, args.repeats)
         return
     results = {(name, algo): [] for name in trees for algo in args.algos}
     loads = [os.getloadavg()[0]]

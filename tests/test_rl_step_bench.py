@@ -4,6 +4,9 @@ by completion length, and what the derived times are (the numbers its tables are
 from __future__ import annotations
 
 import csv
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +54,28 @@ def test_paired_ratio_is_reference_over_tree(rl_step):
     ref = [{"t": 2.0}, {"t": 4.0}, {"t": 6.0}]
     assert rl_step.paired_ratio(ref, [{"t": 1.0}, {"t": 2.0}, {"t": 3.0}], "t").startswith("2.00x")
     assert rl_step.paired_ratio(ref[:1], [{"t": 4.0}], "t") == "0.50x"
+
+
+def test_repeats_pool_in_partner_order_and_give_one_median_per_set(rl_step):
+    # two sets of processes: in the first, "after" takes half the time of "before"; in the second, a third
+    first = {"before": records([4.0, 4.0, 4.0]), "after": records([4.0, 4.0, 4.0])}
+    second = {"before": records([5.0, 5.0]), "after": records([5.0, 5.0])}
+    for r in first["after"]:
+        r["step_time"] /= 2
+    for r in second["after"]:
+        r["step_time"] /= 3
+    sets = [first, second]
+    assert rl_step.run_medians(sets, "before", "after", "step_time") == pytest.approx([2.0, 3.0])
+    assert rl_step.run_medians(sets, "before", "before", "step_time") == [1.0, 1.0]
+    pooled = rl_step.pool_runs(sets)
+    assert [r["run"] for r in pooled["after"]] == [1, 1, 1, 2, 2]
+    # record i of one tree is still the partner of record i of the other
+    ratios = [b["step_time"] / a["step_time"] for b, a in zip(pooled["before"], pooled["after"])]
+    assert ratios == pytest.approx([2, 2, 2, 3, 3])
+    assert "run" not in first["after"][0]  # the sets' own records are left as they were
+
+
+def test_repeats_below_one_refused_by_name():
+    script = Path(__file__).resolve().parents[1] / "bench" / "rl_step.py"
+    out = subprocess.run([sys.executable, str(script), "--paired", "2", "--repeats", "0"], capture_output=True, text=True)
+    assert out.returncode == 2 and "--repeats must be a whole number >= 1" in out.stderr and "got 0" in out.stderr
