@@ -30,6 +30,7 @@ import time
 import matplotlib
 import torch
 
+from rlhf_lab.device import cpu_name
 from rlhf_lab.model import LlamaModel
 from rlhf_lab.rl import Trainer, make_config
 from rlhf_lab.sft import lab_model_config
@@ -38,12 +39,7 @@ from rlhf_lab.viz import LiveDashboard
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     load = f", load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
     return (f"{cpu}, {os.cpu_count()} logical CPUs{load}; torch {torch.__version__} "
             f"({torch.get_num_threads()} thread), matplotlib {matplotlib.__version__}, "

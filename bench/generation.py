@@ -285,7 +285,9 @@ def main() -> None:
              "peak_mib": max(r["peak_mib"] for r in group), "per_round": [r["tokens_per_s"] for r in group],
              "first_call_s": max(r["first_call_s"] for r in group)}
             for group in runs.values()]
-    print(f"Generation benchmark, {date.today()}, {platform.machine()} {platform.processor() or ''}, "
+    from rlhf_lab.device import cpu_name
+
+    print(f"Generation benchmark, {date.today()}, {platform.machine()}, {cpu_name()}, "
           f"{os.cpu_count()} cores, {rows[0]['threads']} torch threads, torch {torch.__version__}, python "
           f"{platform.python_version()}; {args.rounds} interleaved rounds, best of {args.repeats} calls per run; "
           f"1-minute load average {min(loads):.2f}-{max(loads):.2f} (per round: "

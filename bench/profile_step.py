@@ -49,6 +49,7 @@ from datetime import date
 import torch
 import torch.nn.functional as F
 
+from rlhf_lab.device import cpu_name
 from rlhf_lab.rl import Trainer, make_config
 from rlhf_lab.rl.rollout import score_completions
 from rlhf_lab.sampling import generate
@@ -275,7 +276,7 @@ def main() -> None:
     gflops_decode = linear_gflops(N, mc.hidden_size, mc.intermediate_size)
     median = {name: statistics.median(v) for name, v in times.items()}
     step = median["whole train_step"]
-    print(f"\nProfile of one {args.algo} step, {date.today()}, {platform.machine()} {platform.processor() or ''}, "
+    print(f"\nProfile of one {args.algo} step, {date.today()}, {platform.machine()}, {cpu_name()}, "
           f"torch {torch.__version__}, {args.threads} thread(s), 1-minute load average {min(load):.2f}-{max(load):.2f}; "
           f"{c.prompts_per_step} prompts x {G} completions (last step: prompt width {P}, {steps} decode steps, "
           f"forward: {U} distinct prompts x {P} + {N} rows x {T - 1} tokens); median of {args.steps} steps\n")

@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from rlhf_lab.device import cpu_name
 from rlhf_lab.experiments import time_to_accuracy
 from rlhf_lab.rl import Trainer, make_config
 
@@ -85,7 +86,7 @@ def main() -> None:
         fig.savefig(out / "rl_race.png", dpi=90, bbox_inches="tight")
     except ImportError:
         pass
-    print(f"\nRL race, {date.today()}, {platform.machine()} {platform.processor() or ''}, "
+    print(f"\nRL race, {date.today()}, {platform.machine()}, {cpu_name()}, "
           f"{torch.get_num_threads()} torch threads, torch {torch.__version__}\n")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
 

@@ -35,6 +35,7 @@ from datetime import date
 
 import torch
 
+from rlhf_lab.device import cpu_name
 from rlhf_lab.model import LlamaModel
 from rlhf_lab.presets import get_preset
 from rlhf_lab.rl import Trainer, make_config
@@ -116,7 +117,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.steps < 2:
         parser.error(f"--steps must be at least 2 (quartiles need two pairs), got {args.steps}")
-    print(f"\nThreads, {date.today()}, {platform.machine()} {platform.processor() or ''}, {os.cpu_count()} logical "
+    print(f"\nThreads, {date.today()}, {platform.machine()}, {cpu_name()}, {os.cpu_count()} logical "
           f"CPUs, torch {torch.__version__}; {args.steps} pairs of steps per row, 1 and 2 threads alternating\n")
     print("| workload | condition | 1 thread ms/step | 2 threads ms/step | 1 / 2 threads (median, quartiles) | load |")
     print("| --- | --- | ---: | ---: | ---: | --- |")

@@ -95,6 +95,7 @@ import torch
 
 from rlhf_lab.callbacks import Callback
 from rlhf_lab.checkpoints import checkpoint_folder, load_checkpoint
+from rlhf_lab.device import cpu_name
 from rlhf_lab.evaluate import greedy_accuracy, standard_error
 from rlhf_lab.hf_tokenizer import HFTokenizer
 from rlhf_lab.model.hf import from_hf, to_hf
@@ -330,7 +331,7 @@ def race(args) -> None:
     loads = [load for rs in runs.values() for r in rs for load in r["load"]]
     limit = f"{args.budget:g} s ({args.clock} clock)" if args.budget is not None else f"{args.steps} steps"
     threads = sorted({r["threads"] for rs in runs.values() for r in rs})
-    print(f"\nRace against TRL, {date.today()}, {platform.machine()} {platform.processor() or ''}, "
+    print(f"\nRace against TRL, {date.today()}, {platform.machine()}, {cpu_name()}, "
           f"{os.cpu_count()} cores, {'/'.join(map(str, threads))} torch thread(s), torch {torch.__version__}, "
           f"transformers {transformers.__version__}, trl {trl.__version__}; 1-minute load average "
           f"{min(loads):.2f}-{max(loads):.2f}; {args.rounds} interleaved rounds of {limit} per run\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import subprocess
 
 import torch
 
@@ -47,8 +48,33 @@ def autocast(device: torch.device | str, enabled: bool | None = None):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
+def cpu_name(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The processor's model name and the vector instructions torch's CPU kernels use on it, e.g.
+    "AMD EPYC 7B13, AVX2": a benchmark's times, and even the ratio between two codes, move with both
+    (bench/RESULTS.md, "RL step time"), so every benchmark table names them.
+
+    The name comes from `cpuinfo`'s "model name" line (Linux), else `sysctl` (macOS), else the
+    architecture ("aarch64", "arm64"): many ARM Linux kernels do not name the chip."""
+    name = ""
+    try:
+        with open(cpuinfo) as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        pass
+    if not name and platform.system() == "Darwin":
+        try:
+            name = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                                  timeout=5).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    name = name or platform.processor() or platform.machine() or "unknown CPU"
+    capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "")()  # "AVX2", "AVX512", "NO AVX"...
+    return f"{name}, {capability}" if capability else name
+
+
 def describe(device: torch.device | str | None = None) -> str:
-    """One line for notebooks and benchmark tables: device, torch version, threads."""
+    """One line for notebooks and benchmark tables: device (on the CPU its name, `cpu_name`), torch
+    version, threads."""
     device = pick_device(device)
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
@@ -56,5 +82,6 @@ def describe(device: torch.device | str | None = None) -> str:
     elif device.type == "mps":
         what = "mps (Apple GPU)"
     else:
-        what = f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+        threads = torch.get_num_threads()
+        what = f"cpu ({cpu_name()}, {threads} thread{'s' if threads != 1 else ''})"
     return f"{what}; torch {torch.__version__}"
