@@ -287,7 +287,7 @@ def main() -> None:
             for group in runs.values()]
     from rlhf_lab.device import cpu_name
 
-    print(f"Generation benchmark, {date.today()}, {platform.machine()}, {cpu_name()}, "
+    print(f"Generation benchmark, {date.today()}, {cpu_name()}, "
           f"{os.cpu_count()} cores, {rows[0]['threads']} torch threads, torch {torch.__version__}, python "
           f"{platform.python_version()}; {args.rounds} interleaved rounds, best of {args.repeats} calls per run; "
           f"1-minute load average {min(loads):.2f}-{max(loads):.2f} (per round: "

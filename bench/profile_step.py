@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import time
 from datetime import date
@@ -276,7 +275,7 @@ def main() -> None:
     gflops_decode = linear_gflops(N, mc.hidden_size, mc.intermediate_size)
     median = {name: statistics.median(v) for name, v in times.items()}
     step = median["whole train_step"]
-    print(f"\nProfile of one {args.algo} step, {date.today()}, {platform.machine()}, {cpu_name()}, "
+    print(f"\nProfile of one {args.algo} step, {date.today()}, {cpu_name()}, "
           f"torch {torch.__version__}, {args.threads} thread(s), 1-minute load average {min(load):.2f}-{max(load):.2f}; "
           f"{c.prompts_per_step} prompts x {G} completions (last step: prompt width {P}, {steps} decode steps, "
           f"forward: {U} distinct prompts x {P} + {N} rows x {T - 1} tokens); median of {args.steps} steps\n")

@@ -13,7 +13,6 @@ Writes bench/results/rl_race.csv (every evaluation) and rl_race.png (accuracy vs
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 from datetime import date
 from pathlib import Path
@@ -86,7 +85,7 @@ def main() -> None:
         fig.savefig(out / "rl_race.png", dpi=90, bbox_inches="tight")
     except ImportError:
         pass
-    print(f"\nRL race, {date.today()}, {platform.machine()}, {cpu_name()}, "
+    print(f"\nRL race, {date.today()}, {cpu_name()}, "
           f"{torch.get_num_threads()} torch threads, torch {torch.__version__}\n")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
 

@@ -50,7 +50,6 @@ import argparse
 import csv
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -143,7 +142,7 @@ def report_paired(trees: dict[str, Path], algo: str, steps: int, threads: int, p
             print(f"processes {repeat + 1} of {repeats}: median paired step ratio vs {base}: {medians}; "
                   f"load {loads[-1]:.2f}", flush=True)
     results = pool_runs(runs_of_pairs)
-    print(f"\nRL step time, paired, {date.today()}, {platform.machine()}, {cpu_name()}, "
+    print(f"\nRL step time, paired, {date.today()}, {cpu_name()}, "
           f"{os.cpu_count()} cores, {threads} torch thread(s); 1-minute load average {min(loads):.2f}-{max(loads):.2f}; "
           f"{steps} steps per tree{f' in each of {repeats} sets of fresh processes (pooled below)' if repeats > 1 else ''}, "
           f"the trees taking turns step by step. s/step: the whole train_step; "
@@ -325,7 +324,7 @@ def main() -> None:
                       f"{last['cpu_time'] * 1000:7.1f} ms CPU/step, load {os.getloadavg()[0]:.2f}", flush=True)
         loads.append(os.getloadavg()[0])
     base = next(iter(trees))
-    print(f"\nRL step time, {date.today()}, {platform.machine()}, {cpu_name()}, {os.cpu_count()} cores, "
+    print(f"\nRL step time, {date.today()}, {cpu_name()}, {os.cpu_count()} cores, "
           f"{args.threads} torch thread(s); 1-minute load average {min(loads):.2f}-{max(loads):.2f}; "
           f"{args.rounds} interleaved rounds of {args.steps} steps (median per run, then median over rounds)\n")
     print("| algorithm | tree | s/step | rollout s | update s | vs " + base + " (median, range) | cpu s/step | "

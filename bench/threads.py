@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -117,7 +116,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.steps < 2:
         parser.error(f"--steps must be at least 2 (quartiles need two pairs), got {args.steps}")
-    print(f"\nThreads, {date.today()}, {platform.machine()}, {cpu_name()}, {os.cpu_count()} logical "
+    print(f"\nThreads, {date.today()}, {cpu_name()}, {os.cpu_count()} logical "
           f"CPUs, torch {torch.__version__}; {args.steps} pairs of steps per row, 1 and 2 threads alternating\n")
     print("| workload | condition | 1 thread ms/step | 2 threads ms/step | 1 / 2 threads (median, quartiles) | load |")
     print("| --- | --- | ---: | ---: | ---: | --- |")

@@ -82,7 +82,6 @@ import dataclasses
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -331,7 +330,7 @@ def race(args) -> None:
     loads = [load for rs in runs.values() for r in rs for load in r["load"]]
     limit = f"{args.budget:g} s ({args.clock} clock)" if args.budget is not None else f"{args.steps} steps"
     threads = sorted({r["threads"] for rs in runs.values() for r in rs})
-    print(f"\nRace against TRL, {date.today()}, {platform.machine()}, {cpu_name()}, "
+    print(f"\nRace against TRL, {date.today()}, {cpu_name()}, "
           f"{os.cpu_count()} cores, {'/'.join(map(str, threads))} torch thread(s), torch {torch.__version__}, "
           f"transformers {transformers.__version__}, trl {trl.__version__}; 1-minute load average "
           f"{min(loads):.2f}-{max(loads):.2f}; {args.rounds} interleaved rounds of {limit} per run\n")

@@ -49,12 +49,13 @@ def autocast(device: torch.device | str, enabled: bool | None = None):
 
 
 def cpu_name(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The processor's model name and the vector instructions torch's CPU kernels use on it, e.g.
-    "AMD EPYC 7B13, AVX2": a benchmark's times, and even the ratio between two codes, move with both
-    (bench/RESULTS.md, "RL step time"), so every benchmark table names them.
+    """The processor's model name, its architecture and the vector instructions torch's CPU kernels
+    use on it, e.g. "AMD EPYC 7B13, x86_64, AVX2". A benchmark's times, and even the ratio between
+    two codes, move with the machine (bench/RESULTS.md, "RL step time"), so every benchmark table
+    names it.
 
-    The name comes from `cpuinfo`'s "model name" line (Linux), else `sysctl` (macOS), else the
-    architecture ("aarch64", "arm64"): many ARM Linux kernels do not name the chip."""
+    The name comes from `cpuinfo`'s "model name" line (Linux), else `sysctl` (macOS); many ARM Linux
+    kernels do not name the chip, and then the architecture stands alone ("aarch64, DEFAULT")."""
     name = ""
     try:
         with open(cpuinfo) as f:
@@ -67,9 +68,8 @@ def cpu_name(cpuinfo: str = "/proc/cpuinfo") -> str:
                                   timeout=5).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             pass
-    name = name or platform.processor() or platform.machine() or "unknown CPU"
     capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "")()  # "AVX2", "AVX512", "NO AVX"...
-    return f"{name}, {capability}" if capability else name
+    return ", ".join(part for part in (name, platform.machine(), capability) if part) or "unknown CPU"
 
 
 def describe(device: torch.device | str | None = None) -> str:
