@@ -39,9 +39,8 @@ from rlhf_lab.viz import LiveDashboard
 
 
 def machine() -> str:
-    cpu = cpu_name()
     load = f", load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
-    return (f"{cpu}, {os.cpu_count()} logical CPUs{load}; torch {torch.__version__} "
+    return (f"{cpu_name()}, {os.cpu_count()} logical CPUs{load}; torch {torch.__version__} "
             f"({torch.get_num_threads()} thread), matplotlib {matplotlib.__version__}, "
             f"Python {platform.python_version()}")
 
