@@ -89,7 +89,7 @@ def test_lora_trains_adapters_only_and_its_reference_is_the_base(folder):
     rollout = trainer.collect_rollout()
     # before any update B = 0: the adapters change nothing, so pi_ref equals the policy exactly. Exactly
     # only along the same path: the reference ran the prompt-shared forward, and the one-forward-per-row
-    # path gives the same log-probs up to float rounding, bit-equal on some BLAS builds and not on others.
+    # path gives the same log-probs up to float rounding: bit-equal on some machines, not on others.
     policy = policy_forward(trainer.policy, rollout, trainer.config.temperature, share_prompts=True)
     assert torch.equal(rollout.ref_logprobs, policy.logprobs)
     trainer.train()
