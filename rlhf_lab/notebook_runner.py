@@ -88,28 +88,26 @@ def clean_notebook(nb) -> None:
 
 
 def execute(path: str | os.PathLike, fast: bool, timeout: int = 900, write: bool = True,
-            kernel_name: str = "python3"):
-    """Run a notebook in a fresh kernel with RLHF_LAB_FAST set; return (notebook, seconds)."""
+            kernel_name: str = "python3", env: dict[str, str] | None = None):
+    """Run a notebook in a fresh kernel with RLHF_LAB_FAST set; return (notebook, seconds).
+
+    The kernel's environment is this process's, with RLHF_LAB_FAST set from `fast`, the inline
+    matplotlib backend unless MPLBACKEND is set, and `env`'s entries on top. This process's own
+    environment is left as it is, so several notebooks can run at once from threads.
+    """
     import nbformat
     from nbclient import NotebookClient
 
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
-    env_fast = os.environ.get("RLHF_LAB_FAST")
-    os.environ["RLHF_LAB_FAST"] = "1" if fast else "0"
-    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    try:
-        client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name,
-                                kernel_manager_class=SlicedPollKernelManager,
-                                resources={"metadata": {"path": str(path.parent)}})
-        start = time.perf_counter()
-        client.execute()
-        seconds = time.perf_counter() - start
-    finally:
-        if env_fast is None:
-            os.environ.pop("RLHF_LAB_FAST", None)
-        else:
-            os.environ["RLHF_LAB_FAST"] = env_fast
+    kernel_env = {"MPLBACKEND": "module://matplotlib_inline.backend_inline", **os.environ,
+                  "RLHF_LAB_FAST": "1" if fast else "0", **(env or {})}
+    client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name,
+                            kernel_manager_class=SlicedPollKernelManager,
+                            resources={"metadata": {"path": str(path.parent)}})
+    start = time.perf_counter()
+    client.execute(env=kernel_env)
+    seconds = time.perf_counter() - start
     clean_notebook(nb)
     if write:
         nbformat.write(nb, path)

@@ -8,6 +8,7 @@ import ast
 import asyncio
 import concurrent.futures
 import json
+import os
 from pathlib import Path
 from queue import Empty
 
@@ -56,15 +57,59 @@ def test_committed_notebook_renders_on_github(path):
     json.dumps(nb)  # serialisable
 
 
+def parallel_runs() -> int:
+    """How many notebooks run at once: one per CPU core this process may use, at most 4."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(4, cores))
+
+
+@pytest.fixture(scope="module")
+def fast_runs(request, tmp_path_factory):
+    """{notebook path: future of execute(...)}: the FAST runs of the notebooks this session selected,
+    started together, `parallel_runs()` at a time, each in its own kernel with ONE torch thread.
+
+    The tests below then only wait for their own notebook. On CI's 2 cores two kernels of one thread
+    each finish the notebooks in about half the time one kernel at a time takes;
+    a kernel with torch's default of one thread per core would have two kernels' threads fight for
+    the same cores. A run's numbers do not matter here, only that every cell runs without an error.
+    """
+    selected = [item.callspec.params["path"] for item in request.session.items
+                if item.originalname == "test_notebook_executes_in_fast_mode"]
+    pool = concurrent.futures.ThreadPoolExecutor(parallel_runs())
+    runs = {}
+    for path in selected:
+        copy = tmp_path_factory.mktemp(path.stem) / path.name
+        copy.write_text(path.read_text())
+        # timeout per cell: a stalled kernel fails fast
+        runs[path] = pool.submit(execute, copy, fast=True, timeout=300, write=False, env={"OMP_NUM_THREADS": "1"})
+    yield runs
+    pool.shutdown(cancel_futures=True)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_executes_in_fast_mode(path, tmp_path):
-    copy = tmp_path / path.name
-    copy.write_text(path.read_text())
-    nb, seconds = execute(copy, fast=True, timeout=300, write=False)  # per cell; a stalled kernel fails fast
-    print(f"{path.name}: {seconds:.1f} s in FAST mode")
+def test_notebook_executes_in_fast_mode(path, fast_runs):
+    nb, seconds = fast_runs[path].result()
+    print(f"{path.name}: {seconds:.1f} s in FAST mode (with {parallel_runs()} notebooks at a time)")
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
-    assert not errors
+    assert not errors, f"{path.name}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
+
+
+def test_execute_gives_the_kernel_its_settings_and_leaves_this_process_alone(tmp_path, monkeypatch):
+    """What `fast_runs` relies on to start kernels from threads: RLHF_LAB_FAST and `env` reach the
+    kernel through its own environment, and this process's environment is not changed (two threads
+    setting and restoring os.environ could start a kernel in the wrong mode)."""
+    monkeypatch.delenv("RLHF_LAB_FAST", raising=False)
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    code = "import os, torch; print(os.environ['RLHF_LAB_FAST'], os.environ['MPLBACKEND'], torch.get_num_threads())"
+    path = tmp_path / "env.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)]), path)
+    before = dict(os.environ)
+    for fast, env, expected in ((True, {"OMP_NUM_THREADS": "1"}, "1 module://matplotlib_inline.backend_inline 1"),
+                                (False, {"MPLBACKEND": "agg"}, "0 agg")):
+        nb, _ = execute(path, fast=fast, timeout=60, write=False, env=env)
+        assert nb.cells[0].outputs[0]["text"].startswith(expected)
+        assert dict(os.environ) == before
 
 
 class LostWakeupSocket(zmq.asyncio.Socket):
