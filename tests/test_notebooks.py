@@ -69,7 +69,7 @@ def fast_runs(request, tmp_path_factory):
     started together, `parallel_runs()` at a time, each in its own kernel with ONE torch thread.
 
     The tests below then only wait for their own notebook. On a 2-core machine two kernels of one
-    thread each ran the 16 notebooks in 178-184 s, against 389 s one at a time with torch's default
+    thread each ran the 16 notebooks in 178-184 s, against 369 s one at a time with torch's default
     of two threads (2026-12-03). Two kernels with two threads each would fight for the same cores. A
     run's numbers do not matter here, only that every cell runs without an error.
     """
