@@ -10,6 +10,9 @@ PYTHON     ?= python3
 VENV       ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 LAB_ARGS   ?=
+# `make test` runs the test files side by side, one per core (at most 4; tests/conftest.py), each file
+# whole in one worker so that its shared fixtures start once. TEST_ARGS= runs them in one process.
+TEST_ARGS  ?= -n auto --dist loadfile --no-loadscope-reorder
 # JupyterLab refuses to start as root (containers, CI) unless told it is deliberate.
 ROOT_FLAG  := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 BIN        := $(VENV)/bin
@@ -32,7 +35,7 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/ $(ROOT_FLAG) $(LAB_ARGS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(TEST_ARGS)
 
 notebooks: $(STAMP)
 	$(BIN)/python -m rlhf_lab.notebook_runner notebooks/*.ipynb

@@ -57,16 +57,10 @@ def test_committed_notebook_renders_on_github(path):
     json.dumps(nb)  # serialisable
 
 
-def parallel_runs() -> int:
-    """How many notebooks run at once: one per CPU core this process may use, at most 4."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(4, cores))
-
-
 @pytest.fixture(scope="module")
-def fast_runs(request, tmp_path_factory):
+def fast_runs(request, tmp_path_factory, parallel_processes):
     """{notebook path: future of execute(...)}: the FAST runs of the notebooks this session selected,
-    started together, `parallel_runs()` at a time, each in its own kernel with ONE torch thread.
+    started together, `parallel_processes` at a time, each in its own kernel with ONE torch thread.
 
     The tests below then only wait for their own notebook. On a 2-core machine two kernels of one
     thread each ran the 16 notebooks in 178-184 s, against 369 s one at a time with torch's default
@@ -75,7 +69,7 @@ def fast_runs(request, tmp_path_factory):
     """
     selected = [item.callspec.params["path"] for item in request.session.items
                 if item.originalname == "test_notebook_executes_in_fast_mode"]
-    pool = concurrent.futures.ThreadPoolExecutor(parallel_runs())
+    pool = concurrent.futures.ThreadPoolExecutor(parallel_processes)
     runs = {}
     for path in selected:
         copy = tmp_path_factory.mktemp(path.stem) / path.name
@@ -88,9 +82,9 @@ def fast_runs(request, tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_executes_in_fast_mode(path, fast_runs):
+def test_notebook_executes_in_fast_mode(path, fast_runs, parallel_processes):
     nb, seconds = fast_runs[path].result()
-    print(f"{path.name}: {seconds:.1f} s in FAST mode ({min(parallel_runs(), len(fast_runs))} at a time)")
+    print(f"{path.name}: {seconds:.1f} s in FAST mode ({min(parallel_processes, len(fast_runs))} at a time)")
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors, f"{path.name}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
 

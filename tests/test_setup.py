@@ -78,3 +78,10 @@ def test_make_lab_starts_jupyterlab():
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def test_slow_tests_are_collected_first(request):
+    """tests/conftest.py puts the slow tests first, so that `make test`'s workers start the long files
+    at once (whatever this session selected, the slow ones precede the rest)."""
+    slow = [item.get_closest_marker("slow") is not None for item in request.session.items]
+    assert slow == sorted(slow, reverse=True)

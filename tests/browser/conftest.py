@@ -7,8 +7,9 @@ Debian's Chromium driven by Playwright.
   JupyterLab settings never change what the tests see.
 - `page`: a fresh browser tab per test (a new user-data directory per session); console errors are
   collected in `page.console_errors`.
-- Screenshots go to `screenshots_dir` (RLHF_LAB_SCREENSHOTS, default tests/browser/screenshots/);
-  the session prints the folder and its files at the end, so CI keeps them in its log.
+- Screenshots go to `screenshots_dir` (tests/conftest.py: RLHF_LAB_SCREENSHOTS, default
+  tests/browser/screenshots/); the session prints the folder and its files at the end, so CI keeps
+  them in its log.
 
 Chromium comes from the system (Debian: `apt-get install chromium`, at /usr/bin/chromium); Playwright's
 own browser download is not used. Set RLHF_LAB_CHROMIUM to use another binary. Without Chromium or the
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from lab_ui import NOTEBOOK_DIR, REPO
+from lab_ui import NOTEBOOK_DIR
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 # What works in containers and CI: no sandbox (often no user namespaces), no GPU, no network chatter.
@@ -106,27 +107,6 @@ def write_lab_settings(settings_dir: Path) -> None:
         path = settings_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
-
-
-SCREENSHOTS = Path(os.environ.get("RLHF_LAB_SCREENSHOTS", REPO / "tests" / "browser" / "screenshots"))
-_used_screenshots: list[Path] = []  # set when a test asks for the folder
-
-
-@pytest.fixture(scope="session")
-def screenshots_dir():
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    for old in SCREENSHOTS.glob("*.png"):  # only this session's pictures
-        old.unlink()
-    _used_screenshots.append(SCREENSHOTS)
-    return SCREENSHOTS
-
-
-def pytest_terminal_summary(terminalreporter):
-    """List the screenshots in the test summary, so CI's log says where they are."""
-    if _used_screenshots:
-        files = sorted(p.name for p in SCREENSHOTS.glob("*.png"))
-        terminalreporter.write_sep("-", f"browser test screenshots: {len(files)} in {SCREENSHOTS}")
-        terminalreporter.write_line(", ".join(files))
 
 
 @pytest.fixture(scope="session")
