@@ -18,23 +18,23 @@ torch.set_num_threads(1)
 os.environ.setdefault("RLHF_LAB_FAST", "1")
 
 
-def usable_cores() -> int:
-    """One per CPU core this process may use (its affinity where the OS has one, as in a container),
-    at most 4: how many processes the tests run at once."""
+def processes_at_once() -> int:
+    """How many processes the tests run at once: one per CPU core this process may use (its affinity
+    where the OS has one, as in a container), at most 4."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(4, cores))
 
 
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto` (`make test`): `usable_cores()` workers. pytest-xdist's own count may be the physical
+    """`-n auto` (`make test`): `processes_at_once()` workers. pytest-xdist's own count may be the physical
     cores, or all of a host's CPUs where a container may use only some."""
-    return usable_cores()
+    return processes_at_once()
 
 
 @pytest.fixture(scope="session")
 def parallel_processes() -> int:
-    """`usable_cores()`, for tests that start processes side by side (the notebook runs)."""
-    return usable_cores()
+    """`processes_at_once()`, for tests that start processes side by side (the notebook runs)."""
+    return processes_at_once()
 
 
 def pytest_collection_modifyitems(items):
