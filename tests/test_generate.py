@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rlhf_lab.model import LlamaModel, ModelConfig, to_hf
-from rlhf_lab.sampling import SamplingConfig, generate
+from rlhf_lab.sampling import CACHE_KINDS, SamplingConfig, generate
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +96,26 @@ def test_seeded_sampling_is_reproducible_and_logprobs_match_a_forward(model):
     logp = torch.log_softmax(logits[:, P - 1 : -1] / 0.8, dim=-1).gather(-1, out.completion_ids[..., None]).squeeze(-1)
     m = out.completion_mask.bool()
     torch.testing.assert_close(out.logprobs[m], logp[m], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cache", CACHE_KINDS)
+def test_outputs_are_ordinary_tensors_a_training_step_can_use(model, cache):
+    """generate's forwards run under inference_mode, whose tensors autograd refuses to save for a
+    backward; what it returns must be ordinary tensors, because the RL trainer trains on them (its
+    loss multiplies the log-probs by the completion mask, and the embedding keeps the token ids)."""
+    config = SamplingConfig(do_sample=True, temperature=0.8, max_new_tokens=6, seed=3, return_logprobs=True)
+    out = generate(model, PROMPTS, config, num_return_sequences=2, cache=cache)
+    fields = {"prompt_ids": out.prompt_ids, "prompt_mask": out.prompt_mask, "completion_ids": out.completion_ids,
+              "completion_mask": out.completion_mask, "finished": out.finished, "truncated": out.truncated,
+              "logprobs": out.logprobs, "sequences": out.sequences, "attention_mask": out.attention_mask}
+    assert [name for name, t in fields.items() if t.is_inference()] == []
+    P = out.prompt_ids.shape[1]
+    logits = model(out.sequences, attention_mask=out.attention_mask).logits.float()  # with gradients
+    logp = torch.log_softmax(logits[:, P - 1 : -1] / 0.8, dim=-1).gather(-1, out.completion_ids[..., None])
+    mask = out.completion_mask.float()
+    loss = ((logp.squeeze(-1) - out.logprobs) * mask * out.logprobs).sum() / mask.sum()
+    grads = torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
+    assert any(g is not None and bool(g.abs().sum() > 0) for g in grads)
 
 
 def test_num_return_sequences_groups_rows(model):

@@ -203,7 +203,12 @@ def _generate(model, prompt_ids, prompt_mask, config, G, generator, cache, stop_
     # (same result as an all-ones mask, without building one or checking it each step).
     padded = not bool(prompt_mask.all())
     amp = autocast(device)
-    with amp:
+    # The forwards and the draws run under inference_mode: no_grad that also skips autograd's view and
+    # version bookkeeping, one dispatch layer less for each op of a decode step. The buffers the call
+    # returns are made outside it, so they stay ordinary tensors that a training step can use. The
+    # compiled step keeps the grad mode it was compiled in.
+    infer = contextlib.nullcontext() if compile else torch.inference_mode()
+    with amp, infer:
         logits = model(prompt_ids, attention_mask=prompt_mask if padded else None, cache=kv,
                        num_logits_to_keep=1).logits[:, -1]
     if G > 1:  # prefill each prompt once; its G samples share the result
@@ -231,42 +236,43 @@ def _generate(model, prompt_ids, prompt_mask, config, G, generator, cache, stop_
     check_removed = config.no_repeat_ngram_size > 0
     step = CompiledSteps(model, kv, prompt_mask) if compile else None
     steps = 0
-    for t in range(T_max):
-        width = P + t
-        if t < config.min_new_tokens:  # HF's MinNewTokensLengthLogitsProcessor: no EOS yet (-inf survives every stage)
-            logits = logits.clone()
-            logits[:, eos_id] = float("-inf")
-        scores = logits
-        for _, stage in build_stages(config, mask[:, :width]) if reads_mask else stages:  # off: not in the list
-            scores = stage(scores, ids[:, :width])
-        if fused_sampling:
-            tokens, token_logprobs = sample_fused(scores, config, generator, return_logprobs=logprobs is not None)
-        elif config.do_sample or logprobs is not None:
-            tokens, token_logprobs = sample_next_token(scores, config, generator, check_removed=check_removed,
-                                                       return_logprobs=logprobs is not None)
-        else:  # plain greedy: the argmax is all we need
-            tokens = scores.argmax(dim=-1)
-        if stop_at_eos:
-            tokens = tokens.masked_fill(done, pad_id)  # finished rows keep emitting padding
-            completion_mask[:, t] = ~done
-        ids[:, width] = tokens
-        if logprobs is not None:
-            logprobs[:, t] = token_logprobs.masked_fill(done, 0.0) if stop_at_eos else token_logprobs
-        steps = t + 1
-        if stop_at_eos:
-            done |= tokens == eos_id
-            if bool(done.all()):  # the one host sync per step, and only when EOS can stop the call
+    with infer:
+        for t in range(T_max):
+            width = P + t
+            if t < config.min_new_tokens:  # HF's MinNewTokensLengthLogitsProcessor: no EOS yet (-inf survives every stage)
+                logits = logits.clone()
+                logits[:, eos_id] = float("-inf")
+            scores = logits
+            for _, stage in build_stages(config, mask[:, :width]) if reads_mask else stages:  # off: not in the list
+                scores = stage(scores, ids[:, :width])
+            if fused_sampling:
+                tokens, token_logprobs = sample_fused(scores, config, generator, return_logprobs=logprobs is not None)
+            elif config.do_sample or logprobs is not None:
+                tokens, token_logprobs = sample_next_token(scores, config, generator, check_removed=check_removed,
+                                                           return_logprobs=logprobs is not None)
+            else:  # plain greedy: the argmax is all we need
+                tokens = scores.argmax(dim=-1)
+            if stop_at_eos:
+                tokens = tokens.masked_fill(done, pad_id)  # finished rows keep emitting padding
+                completion_mask[:, t] = ~done
+            ids[:, width] = tokens
+            if logprobs is not None:
+                logprobs[:, t] = token_logprobs.masked_fill(done, 0.0) if stop_at_eos else token_logprobs
+            steps = t + 1
+            if stop_at_eos:
+                done |= tokens == eos_id
+                if bool(done.all()):  # the one host sync per step, and only when EOS can stop the call
+                    break
+            if t == T_max - 1:
                 break
-        if t == T_max - 1:
-            break
-        step_mask = mask[:, : width + 1] if padded else None
-        with amp:
-            if step is not None:  # compiled: fixed shapes, the position as a tensor
-                logits = step(tokens, width)
-            elif kv is None:  # no cache: feed the whole sequence again
-                logits = model(ids[:, : width + 1], attention_mask=step_mask, num_logits_to_keep=1).logits[:, -1]
-            else:
-                logits = model(tokens[:, None], attention_mask=step_mask, cache=kv).logits[:, -1]
+            step_mask = mask[:, : width + 1] if padded else None
+            with amp:
+                if step is not None:  # compiled: fixed shapes, the position as a tensor
+                    logits = step(tokens, width)
+                elif kv is None:  # no cache: feed the whole sequence again
+                    logits = model(ids[:, : width + 1], attention_mask=step_mask, num_logits_to_keep=1).logits[:, -1]
+                else:
+                    logits = model(tokens[:, None], attention_mask=step_mask, cache=kv).logits[:, -1]
     t2 = time.perf_counter()
 
     return GenerationOutput(
