@@ -344,24 +344,37 @@ def main(argv: list[str] | None = None) -> int:
     saves first, see rlhf_lab.run_state)."""
     from .atomic import FolderInUseError, StopSignals
 
-    args = None
-    with StopSignals() as stop:  # installed before torch is imported: a Ctrl-C at any moment exits cleanly
-        try:
-            # An import cut by Ctrl-C leaves a half-initialised module (numpy, seen) that breaks later
-            # code: a signal during start-up waits for the imports, then stops.
-            with stop.deferred("start-up (imports)"):
-                parser = build_parser()
-                from . import experiments  # noqa: F401  (what train and compare run)
-            args = parser.parse_args(argv)
-            return COMMANDS[args.command](args)
-        except KeyboardInterrupt:
+    args, said = None, False
+
+    def stopped() -> int:
+        nonlocal said
+        if not said:
             out = args is not None and (getattr(args, "resume", None) or getattr(args, "out", None))
             hint = f" The run keeps what it saved: python -m rlhf_lab {args.command} --resume {out}" if out else ""
             print(f"\nStopped.{hint}", file=sys.stderr)
-            return 130
-        except (ValueError, FolderInUseError, PermissionError) as error:
-            # validation names the field and allowed values; a folder in use or not writable says so
-            parser.exit(2, f"{parser.prog} {args.command}: error: {error}\n")
+            said = True
+        return 130
+
+    try:
+        with StopSignals() as stop:  # installed before torch is imported: a Ctrl-C at any moment exits cleanly
+            try:
+                # An import cut by Ctrl-C leaves a half-initialised module (numpy, seen) that breaks later
+                # code: a signal during start-up waits for the imports, then stops.
+                with stop.deferred("start-up (imports)"):
+                    parser = build_parser()
+                    from . import experiments  # noqa: F401  (what train and compare run)
+                args = parser.parse_args(argv)
+                return COMMANDS[args.command](args)
+            except KeyboardInterrupt:
+                return stopped()
+            except (ValueError, FolderInUseError, PermissionError) as error:
+                # validation names the field and allowed values; a folder in use or not writable says so
+                parser.exit(2, f"{parser.prog} {args.command}: error: {error}\n")
+    except KeyboardInterrupt:
+        # A second signal can land while the first one's stop is returning (in the message above, or
+        # before StopSignals has put the previous handlers back): it stops the same way, never as an
+        # uncaught KeyboardInterrupt, which Python turns into death by SIGINT (exit status -2).
+        return stopped()
 
 
 if __name__ == "__main__":

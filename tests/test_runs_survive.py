@@ -14,6 +14,7 @@ The random delay of each stop is printed on failure (pytest -s shows it always).
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import os
 import random
@@ -28,6 +29,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from rlhf_lab import cli
 from rlhf_lab.atomic import FolderInUseError, FolderLock, recover_folder, replace_folder
 from rlhf_lab.callbacks import NonFiniteLossError
 from rlhf_lab.checkpoints import CheckpointError, load_checkpoint
@@ -124,6 +126,36 @@ def test_a_ctrl_c_while_importing_exits_cleanly_and_writes_nothing(tmp_path):
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
     assert not out.exists() or (out / "run.json").exists()  # no folder, or (on a slow start) a resumable run
+
+
+def test_a_second_ctrl_c_landing_in_the_stop_message_still_exits_130(tmp_path, monkeypatch):
+    """The race behind a double-SIGINT run that died by SIGINT (exit status -2): the second signal
+    raised its KeyboardInterrupt while main() was printing the first one's stop message, and it left
+    main uncaught. Here the command stops at once, and stderr raises on its first write, where that
+    second signal landed; main must still return 130 and say where the run is kept."""
+    def stopped_at_once(args):
+        raise KeyboardInterrupt
+
+    class SecondSignalOnFirstWrite(io.StringIO):
+        writes = 0
+
+        def write(self, text):
+            self.writes += 1
+            if self.writes == 1:
+                raise KeyboardInterrupt
+            return super().write(text)
+
+    stderr = SecondSignalOnFirstWrite()
+    monkeypatch.setitem(cli.COMMANDS, "train", stopped_at_once)
+    monkeypatch.setattr(sys, "stderr", stderr)
+    out = tmp_path / "run"
+    try:
+        status = main(["train", "--algo", "grpo", "--out", str(out)])
+    except KeyboardInterrupt:  # pytest would take it for the user's Ctrl-C and end the session
+        pytest.fail("the second KeyboardInterrupt left main()")
+    assert status == 130
+    assert stderr.writes > 1 and f"Stopped. The run keeps what it saved: python -m rlhf_lab train --resume {out}" \
+        in stderr.getvalue()
 
 
 def test_one_writer_per_folder_and_a_killed_writer_leaves_no_stale_lock(tmp_path, capsys):

@@ -204,9 +204,9 @@ def _generate(model, prompt_ids, prompt_mask, config, G, generator, cache, stop_
     padded = not bool(prompt_mask.all())
     amp = autocast(device)
     # The forwards and the draws run under inference_mode: no_grad that also skips autograd's view and
-    # version bookkeeping, one dispatch layer less for each op of a decode step. The buffers the call
-    # returns are made outside it, so they stay ordinary tensors that a training step can use. The
-    # compiled step keeps the grad mode it was compiled in.
+    # version bookkeeping, one dispatch layer less for each op of a decode step. The ids, masks and
+    # log-probs the call returns are made outside it, so they stay ordinary tensors that a training
+    # step can use. The compiled step keeps the grad mode it was compiled in.
     infer = contextlib.nullcontext() if compile else torch.inference_mode()
     with amp, infer:
         logits = model(prompt_ids, attention_mask=prompt_mask if padded else None, cache=kv,
