@@ -344,17 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     saves first, see rlhf_lab.run_state)."""
     from .atomic import FolderInUseError, StopSignals
 
-    args, said = None, False
-
-    def stopped() -> int:
-        nonlocal said
-        if not said:
-            out = args is not None and (getattr(args, "resume", None) or getattr(args, "out", None))
-            hint = f" The run keeps what it saved: python -m rlhf_lab {args.command} --resume {out}" if out else ""
-            print(f"\nStopped.{hint}", file=sys.stderr)
-            said = True
-        return 130
-
+    args = None
     try:
         with StopSignals() as stop:  # installed before torch is imported: a Ctrl-C at any moment exits cleanly
             try:
@@ -365,16 +355,17 @@ def main(argv: list[str] | None = None) -> int:
                     from . import experiments  # noqa: F401  (what train and compare run)
                 args = parser.parse_args(argv)
                 return COMMANDS[args.command](args)
-            except KeyboardInterrupt:
-                return stopped()
             except (ValueError, FolderInUseError, PermissionError) as error:
                 # validation names the field and allowed values; a folder in use or not writable says so
                 parser.exit(2, f"{parser.prog} {args.command}: error: {error}\n")
     except KeyboardInterrupt:
-        # A second signal can land while the first one's stop is returning (in the message above, or
-        # before StopSignals has put the previous handlers back): it stops the same way, never as an
-        # uncaught KeyboardInterrupt, which Python turns into death by SIGINT (exit status -2).
-        return stopped()
+        # Caught outside StopSignals, whose handlers are back by now (`python -m rlhf_lab`: ignoring), so
+        # a second signal cannot cut the message; one that lands while the block is closing is caught
+        # here too, never left to Python, which would end the process by SIGINT (exit status -2).
+        out = args is not None and (getattr(args, "resume", None) or getattr(args, "out", None))
+        hint = f" The run keeps what it saved: python -m rlhf_lab {args.command} --resume {out}" if out else ""
+        print(f"\nStopped.{hint}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
