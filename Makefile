@@ -38,7 +38,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest $(TEST_ARGS)
 
 notebooks: $(STAMP)
-	$(BIN)/python -m rlhf_lab.notebook_runner notebooks/*.ipynb
+	$(BIN)/python -m tools.notebook_runner notebooks/*.ipynb
 
 bench: $(STAMP)
 	$(BIN)/python bench/generation.py
@@ -59,7 +59,7 @@ checkpoints: $(STAMP)
 	$(BIN)/python -c "from rlhf_lab.preferences import build_shipped_reward_models; build_shipped_reward_models()"
 
 lint: $(STAMP)
-	$(BIN)/ruff check rlhf_lab tests bench
+	$(BIN)/ruff check rlhf_lab tools tests bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache

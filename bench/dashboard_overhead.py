@@ -30,11 +30,11 @@ import time
 import matplotlib
 import torch
 
-from rlhf_lab.device import cpu_name
 from rlhf_lab.model import LlamaModel
 from rlhf_lab.rl import Trainer, make_config
 from rlhf_lab.sft import lab_model_config
-from rlhf_lab.tokenizer import default_tokenizer
+from rlhf_lab.text.tokenizer import default_tokenizer
+from rlhf_lab.util.device import cpu_name
 from rlhf_lab.viz import LiveDashboard
 
 

@@ -187,7 +187,7 @@ def make_call(impl: str, batch: int, sampling: str):
     from rlhf_lab.model import LlamaModel, to_hf
     from rlhf_lab.sampling import generate
     from rlhf_lab.sft import lab_model_config
-    from rlhf_lab.tokenizer import CharTokenizer
+    from rlhf_lab.text.tokenizer import CharTokenizer
 
     torch.manual_seed(0)
     tok = CharTokenizer()
@@ -285,7 +285,7 @@ def main() -> None:
              "peak_mib": max(r["peak_mib"] for r in group), "per_round": [r["tokens_per_s"] for r in group],
              "first_call_s": max(r["first_call_s"] for r in group)}
             for group in runs.values()]
-    from rlhf_lab.device import cpu_name
+    from rlhf_lab.util.device import cpu_name
 
     print(f"Generation benchmark, {date.today()}, {cpu_name()}, "
           f"{os.cpu_count()} cores, {rows[0]['threads']} torch threads, torch {torch.__version__}, python "

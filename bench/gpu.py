@@ -1,5 +1,5 @@
 """GPU benchmark of the scale-up path: generation tokens/s (the lab vs transformers' generate), GRPO step
-time, and memory (measured vs the formula in rlhf_lab.scale_up).
+time, and memory (measured vs the formula in rlhf_lab.runs.scale_up).
 
     python bench/gpu.py                                  # Qwen3-0.6B shapes, random weights, on CUDA
     python bench/gpu.py --model /path/to/Qwen3-0.6B      # a real local checkpoint folder
@@ -7,7 +7,7 @@ time, and memory (measured vs the formula in rlhf_lab.scale_up).
     python bench/gpu.py --smoke                          # a tiny model on the CPU: checks the script runs
 
 Speed does not depend on the weights, so without --model the model has the shapes of a known
-checkpoint (`rlhf_lab.scale_up.KNOWN_CONFIGS`) and random weights: nothing is downloaded. Both
+checkpoint (`rlhf_lab.runs.scale_up.KNOWN_CONFIGS`) and random weights: nothing is downloaded. Both
 generators decode greedily with EOS ignored, so each produces exactly batch x new_tokens tokens;
 transformers runs the very same weights (`to_hf`, SDPA attention, bf16) with its default cache. The
 GRPO step is countdown with the task's BPE tokenizer, bf16 autocast, SDPA, fp32 master weights.
@@ -66,12 +66,10 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny model on the CPU (checks the script, measures nothing)")
     args = parser.parse_args(argv)
 
-    from rlhf_lab.device import describe
     from rlhf_lab.model import LlamaModel, to_hf
     from rlhf_lab.rl import make_config
     from rlhf_lab.rl.trainer import Trainer
-    from rlhf_lab.sampling import SamplingConfig, generate
-    from rlhf_lab.scale_up import (
+    from rlhf_lab.runs.scale_up import (
         describe_parameters,
         estimate_training_memory,
         known_config,
@@ -79,7 +77,9 @@ def main(argv=None) -> int:
         task_tokenizer,
         tiny_qwen3_config,
     )
+    from rlhf_lab.sampling import SamplingConfig, generate
     from rlhf_lab.tasks import get_task
+    from rlhf_lab.util.device import describe
 
     if args.smoke:
         device = torch.device("cpu")

@@ -48,11 +48,11 @@ from datetime import date
 import torch
 import torch.nn.functional as F
 
-from rlhf_lab.device import cpu_name
 from rlhf_lab.rl import Trainer, make_config
 from rlhf_lab.rl.rollout import score_completions
 from rlhf_lab.sampling import generate
 from rlhf_lab.sampling.processors import process_logits, sample_next_token
+from rlhf_lab.util.device import cpu_name
 
 
 def clock(fn, repeat: int = 1):
@@ -115,7 +115,7 @@ def reserve_heap(megabytes: int) -> bool:
     tensors would reuse, the heap grows by ~12 MB per profiled update, and each op that writes a large
     output pays for fresh pages: ~3,000 page faults per update, which then took ~3x as long as without
     the profiler, where it takes none (measured 2026-12-03). Linux with glibc only: False elsewhere."""
-    from rlhf_lab.rl.allocator import MMAP_THRESHOLD_BYTES, keep_freed_memory
+    from rlhf_lab.util.allocator import MMAP_THRESHOLD_BYTES, keep_freed_memory
 
     if not keep_freed_memory(trim_threshold_bytes=2 * megabytes * 2**20):  # False off glibc or under the environment's own
         return False

@@ -20,9 +20,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from rlhf_lab.device import cpu_name
-from rlhf_lab.experiments import time_to_accuracy
 from rlhf_lab.rl import Trainer, make_config
+from rlhf_lab.runs.experiments import time_to_accuracy
+from rlhf_lab.util.device import cpu_name
 
 BUDGETS = {"grpo": 120, "gspo": 120, "ppo": 240, "rloo": 120, "reinforce": 120, "remax": 120}
 TARGETS = {"grpo": 0.95, "gspo": 0.95, "ppo": 0.90}

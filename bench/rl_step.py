@@ -56,7 +56,7 @@ import sys
 from datetime import date
 from pathlib import Path
 
-from rlhf_lab.device import cpu_name
+from rlhf_lab.util.device import cpu_name
 
 WORKER = r"""
 import json, statistics, sys, time

@@ -34,12 +34,12 @@ from datetime import date
 
 import torch
 
-from rlhf_lab.device import cpu_name
+from rlhf_lab.checkpoints.presets import get_preset
 from rlhf_lab.model import LlamaModel
-from rlhf_lab.presets import get_preset
 from rlhf_lab.rl import Trainer, make_config
 from rlhf_lab.sft import SFTTrainer, lab_model_config
-from rlhf_lab.tokenizer import default_tokenizer
+from rlhf_lab.text.tokenizer import default_tokenizer
+from rlhf_lab.util.device import cpu_name
 
 
 def sft_trainer():

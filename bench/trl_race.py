@@ -92,13 +92,13 @@ from pathlib import Path
 
 import torch
 
-from rlhf_lab.callbacks import Callback
 from rlhf_lab.checkpoints import checkpoint_folder, load_checkpoint
-from rlhf_lab.device import cpu_name
-from rlhf_lab.evaluate import greedy_accuracy, standard_error
-from rlhf_lab.hf_tokenizer import HFTokenizer
 from rlhf_lab.model.hf import from_hf, to_hf
 from rlhf_lab.rl import PolicyOutput, Rollout, Trainer, make_config, score_completions
+from rlhf_lab.text.hf_tokenizer import HFTokenizer
+from rlhf_lab.train.callbacks import Callback
+from rlhf_lab.train.evaluate import greedy_accuracy, standard_error
+from rlhf_lab.util.device import cpu_name
 
 CHECKPOINT = "addition_rl_start"
 # The lab's names; TRL's are given where they differ (trl_config maps them).

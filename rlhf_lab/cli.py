@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from .validation import check_known, check_number
+from .util.validation import check_known, check_number
 
 # ---------------------------------------------------------------------------------------------- data
 
@@ -52,7 +52,7 @@ def run_data(args: argparse.Namespace) -> int:
 
 
 def add_sft_parser(subparsers) -> None:
-    from .presets import PRESETS
+    from .checkpoints.presets import PRESETS
 
     parser = subparsers.add_parser(
         "sft", help="supervised fine-tuning: (re)generate the shipped checkpoints",
@@ -99,12 +99,18 @@ def run_sft(args: argparse.Namespace) -> int:
     import dataclasses
     import shutil
 
-    from .atomic import FolderLock, signals_deferred, write_text_atomic
     from .checkpoints import CHECKPOINT_DIR
-    from .experiments import RUN_FILE, STATE_FOLDER, output_folder, prepare_output_folder, removed_if_refused
-    from .presets import PRESETS, build_checkpoint, get_preset, write_readme
-    from .run_state import has_state
+    from .checkpoints.presets import PRESETS, build_checkpoint, get_preset, write_readme
+    from .runs.experiments import (
+        RUN_FILE,
+        STATE_FOLDER,
+        output_folder,
+        prepare_output_folder,
+        removed_if_refused,
+    )
     from .sft import SFTConfig
+    from .train.run_state import has_state
+    from .util.atomic import FolderLock, signals_deferred, write_text_atomic
 
     check_number("save_every", args.save_every, low=0, integer=True)
     _set_threads(args)
@@ -223,7 +229,7 @@ def _resume_settings(args: argparse.Namespace, command: str, fixed=("seed", "ini
                      changeable=RESUME_OPTIONS) -> tuple[Path, dict]:
     """(folder, its run.json) for --resume DIR, refusing the options in `fixed` (those that would make
     it another run; only `changeable` ones may differ)."""
-    from .experiments import RUN_FILE, output_folder
+    from .runs.experiments import RUN_FILE, output_folder
 
     given = [f"--{name.replace('_', '-')}" for name in fixed if getattr(args, name, None) not in (None, [])]
     given += ["--out"] if args.out and Path(args.out) != Path(args.resume) else []
@@ -265,8 +271,8 @@ def add_train_parser(subparsers) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from .experiments import train_run
     from .rl import make_config
+    from .runs.experiments import train_run
 
     _set_threads(args)
     if args.resume:
@@ -300,7 +306,7 @@ def add_compare_parser(subparsers) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from .experiments import compare_runs
+    from .runs.experiments import compare_runs
 
     _set_threads(args)
     if args.resume:
@@ -341,8 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Parse `argv` (default: sys.argv[1:]) and run the command. Invalid settings, a folder in use or
     not writable exit with status 2; SIGINT / SIGTERM stop cleanly with status 130 (a training run
-    saves first, see rlhf_lab.run_state)."""
-    from .atomic import FolderInUseError, StopSignals
+    saves first, see rlhf_lab.train.run_state)."""
+    from .util.atomic import FolderInUseError, StopSignals
 
     args = None
     try:
@@ -352,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
                 # code: a signal during start-up waits for the imports, then stops.
                 with stop.deferred("start-up (imports)"):
                     parser = build_parser()
-                    from . import experiments  # noqa: F401  (what train and compare run)
+                    from .runs import experiments  # noqa: F401  (what train and compare run)
                 args = parser.parse_args(argv)
                 return COMMANDS[args.command](args)
             except (ValueError, FolderInUseError, PermissionError) as error:

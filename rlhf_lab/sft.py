@@ -24,16 +24,16 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from .callbacks import NonFiniteLossError, ProgressBar
-from .device import autocast, pick_device
-from .evaluate import greedy_accuracy
-from .limits import check_positions, check_tokenizer_fits
-from .loop import SupervisedLoop, backward_and_step
 from .model import LlamaModel, ModelConfig, moe_aux_loss
-from .run_state import Checkpointer, has_state, remaining
 from .tasks import TASKS, get_task
 from .tasks.jsonl import SPLIT_N_TRAIN
-from .validation import Validated, check_choice, check_number, check_optional
+from .train.callbacks import NonFiniteLossError, ProgressBar
+from .train.evaluate import greedy_accuracy
+from .train.loop import SupervisedLoop, backward_and_step
+from .train.run_state import Checkpointer, has_state, remaining
+from .util.device import autocast, pick_device
+from .util.limits import check_positions, check_tokenizer_fits
+from .util.validation import Validated, check_choice, check_number, check_optional
 
 # The lab model's size: the shipped checkpoints' (data/checkpoints/README.md says why this size).
 MODEL_SIZE: dict = dict(
@@ -153,13 +153,13 @@ class SFTTrainer(SupervisedLoop):
 
     Args:
         config: the run's settings; `config.task` also scores the held-out evaluation.
-        tokenizer: the lab tokenizer (`rlhf_lab.tokenizer.default_tokenizer()`).
+        tokenizer: the lab tokenizer (`rlhf_lab.text.tokenizer.default_tokenizer()`).
         model: the model to fine-tune (moved to `config.device`); None builds a fresh one seeded by config.seed.
         train_examples: `Example`s to imitate (prompt, answer, completion); default the task's training split.
             Pass a teacher's answers as completions to distil it.
         eval_examples: held-out `Example`s for `evaluate`; default the first `config.eval_examples` of the
             task's test split (the one the RL trainer evaluates on).
-        callbacks: `rlhf_lab.callbacks.Callback`s (LiveDashboard, ProgressBar, ...).
+        callbacks: `rlhf_lab.train.callbacks.Callback`s (LiveDashboard, ProgressBar, ...).
 
     After `train()`: `history` (one row per step, row 0 = the model before training), `step`,
     `train_time` (seconds in training steps, evaluation excluded) and `stop_reason`
@@ -250,7 +250,7 @@ def train_sft(config: SFTConfig, tokenizer, model: LlamaModel | None = None, cal
     A KeyboardInterrupt is re-raised after the trainer stopped cleanly, and a non-finite loss raises
     NonFiniteLossError, so a script never saves a half-trained model as if it were done.
 
-    state_dir: a folder for the resumable state (`rlhf_lab.run_state`): the run continues from the
+    state_dir: a folder for the resumable state (`rlhf_lab.train.run_state`): the run continues from the
         state saved there, if any, to `config.steps` in all, and saves it every `save_every` steps
         (0: only at the end) and at any stop. None: no state, `config.steps` steps from here.
     resume_hint: what the interrupt message tells the user to do next (the CLI's `--resume` command).

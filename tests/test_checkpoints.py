@@ -12,10 +12,17 @@ import pytest
 import torch
 
 from rlhf_lab.checkpoints import CHECKPOINT_DIR, CheckpointError, checkpoint_folder, load_checkpoint
-from rlhf_lab.evaluate import greedy_accuracy
+from rlhf_lab.checkpoints.presets import (
+    MODEL_SIZE,
+    PRESETS,
+    TABLE_BEGIN,
+    TABLE_END,
+    model_size_line,
+    write_readme,
+)
 from rlhf_lab.model.hf import from_pretrained
-from rlhf_lab.presets import MODEL_SIZE, PRESETS, TABLE_BEGIN, TABLE_END, model_size_line, write_readme
 from rlhf_lab.tasks import get_task
+from rlhf_lab.train.evaluate import greedy_accuracy
 
 FILES = {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json"}
 MAX_TOTAL_BYTES = 10 * 1024 * 1024
@@ -193,7 +200,7 @@ def test_write_readme_regenerates_the_committed_readme(tmp_path):
     committed = (CHECKPOINT_DIR / "README.md").read_text()
     write_readme(copy)
     assert (copy / "README.md").read_text() == committed, (
-        "data/checkpoints/README.md is stale: run `python -c 'from rlhf_lab.presets import write_readme; write_readme()'`")
+        "data/checkpoints/README.md is stale: run `python -c 'from rlhf_lab.checkpoints.presets import write_readme; write_readme()'`")
     assert model_size_line(MODEL_SIZE) in committed, "the README's Model section must quote MODEL_SIZE"
 
 
@@ -239,7 +246,7 @@ def test_unknown_name_is_named():
 
 def test_the_loader_does_not_import_the_training_code():
     code = ("import sys, rlhf_lab.checkpoints; "
-            "print(sorted(m for m in sys.modules if m in ('rlhf_lab.sft', 'rlhf_lab.presets', 'rlhf_lab.rl')))")
+            "print(sorted(m for m in sys.modules if m in ('rlhf_lab.sft', 'rlhf_lab.checkpoints.presets', 'rlhf_lab.rl')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

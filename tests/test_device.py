@@ -6,7 +6,7 @@ import platform
 import pytest
 import torch
 
-from rlhf_lab.device import cpu_name, describe, pick_device
+from rlhf_lab.util.device import cpu_name, describe, pick_device
 
 
 def test_pick_device_refuses_an_unknown_name_and_lists_the_choices():

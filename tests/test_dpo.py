@@ -315,10 +315,10 @@ def test_flipped_dpo_does_not_improve_and_dpo_does():
 
 
 def test_sampled_kl_and_greedy_scores():
-    from rlhf_lab.evaluate import greedy_accuracy
     from rlhf_lab.preferences import greedy_scores, sampled_kl, sequence_kl
     from rlhf_lab.rl import sample_and_score
     from rlhf_lab.sampling import SamplingConfig
+    from rlhf_lab.train.evaluate import greedy_accuracy
 
     trainer = tiny_trainer()
     examples = trainer.eval_examples

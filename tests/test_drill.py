@@ -1,5 +1,5 @@
-"""The interview drill (notebook 13, rlhf_lab.drill), its glossary, the multi-turn tool-use episodes
-(rlhf_lab.tasks.tool_use) and the runnable implementation mistakes (rlhf_lab.mistakes)."""
+"""The interview drill (notebook 13, rlhf_lab.teach.drill), its glossary, the multi-turn tool-use episodes
+(rlhf_lab.tasks.tool_use) and the runnable implementation mistakes (rlhf_lab.teach.mistakes)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,11 @@ import pytest
 import torch
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from rlhf_lab import drill
-from rlhf_lab.mistakes import (
+from rlhf_lab.rl import PPO
+from rlhf_lab.rl.advantages import gae
+from rlhf_lab.tasks.tool_use import Chain, Episode, credit_report, make_chains, turn_advantages
+from rlhf_lab.teach import drill
+from rlhf_lab.teach.mistakes import (
     MISTAKES,
     NO_CLIP,
     ForwardGAEPPO,
@@ -23,9 +26,6 @@ from rlhf_lab.mistakes import (
     forward_gae,
     mistake_run,
 )
-from rlhf_lab.rl import PPO
-from rlhf_lab.rl.advantages import gae
-from rlhf_lab.tasks.tool_use import Chain, Episode, credit_report, make_chains, turn_advantages
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 DRILL = NOTEBOOKS / "13_interview_drill.ipynb"
@@ -92,7 +92,7 @@ def test_the_notebook_shows_the_question_bank():
         section = sections[q.number]
         assert section["heading"] == q.heading
         assert re.search(r"[\u4e00-\u9fff]", q.title_zh) and re.search(r"[A-Za-z]", q.title_en)
-        assert drill.question_markdown(q.number) in section["text"], f"Q{q.number}'s text differs from rlhf_lab.drill"
+        assert drill.question_markdown(q.number) in section["text"], f"Q{q.number}'s text differs from rlhf_lab.teach.drill"
 
 
 # --- links resolve ---------------------------------------------------------------------------------

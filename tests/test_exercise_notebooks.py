@@ -12,7 +12,7 @@ import pytest
 from test_notebooks import private_uses
 
 from rlhf_lab import exercises
-from rlhf_lab.notebook_runner import execute
+from tools.notebook_runner import execute
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks" / "exercises"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))

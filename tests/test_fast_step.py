@@ -242,7 +242,7 @@ def test_a_reward_that_is_the_exact_match_is_scored_once():
 
 FAULTS_PER_ROUND = """
 import resource, sys, torch, torch.nn.functional as F
-from rlhf_lab.rl.allocator import keep_freed_memory
+from rlhf_lab.util.allocator import keep_freed_memory
 torch.set_num_threads(1)
 if sys.argv[1] == "keep":
     assert keep_freed_memory()
@@ -268,7 +268,7 @@ def test_freed_memory_stays_for_the_next_step(monkeypatch):
     import subprocess
     import sys
 
-    from rlhf_lab.rl.allocator import keep_freed_memory
+    from rlhf_lab.util.allocator import keep_freed_memory
 
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
     assert keep_freed_memory() is False  # the user's setting is left alone

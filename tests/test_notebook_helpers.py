@@ -1,4 +1,4 @@
-"""rlhf_lab.notebook's helpers for training cells: a re-run cell continues its run, Stop ends Run All
+"""rlhf_lab.teach.notebook's helpers for training cells: a re-run cell continues its run, Stop ends Run All
 with a short message, and the FAST note prints only in FAST mode."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from rlhf_lab.loop import TrainingLoop
-from rlhf_lab.notebook import FAST_NOTE, TrainingStopped, continue_run, fast_note, stop_if_interrupted
+from rlhf_lab.teach.notebook import FAST_NOTE, TrainingStopped, continue_run, fast_note, stop_if_interrupted
+from rlhf_lab.train.loop import TrainingLoop
 
 
 @dataclass

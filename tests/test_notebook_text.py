@@ -1,4 +1,4 @@
-"""Every number a notebook's prose states comes from its committed outputs (rlhf_lab.prose_check):
+"""Every number a notebook's prose states comes from its committed outputs (tools.prose_check):
 the rules on small synthetic notebooks, a planted wrong number in each real notebook, and the real
 check of every committed notebook."""
 
@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from rlhf_lab.prose_check import ALLOWED, check_notebook, main, prose_numbers
+from tools.prose_check import ALLOWED, check_notebook, main, prose_numbers
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
@@ -298,4 +298,4 @@ def test_printed_blocks_are_found_and_a_changed_line_is_not_in_the_package():
 def test_printed_source_is_the_package_source(path):
     stale = [block.splitlines()[0].strip() for block in source_printed_by(path) if block not in PACKAGE_SOURCE]
     assert not stale, (f"{path.name} prints code the package no longer has ({stale}): re-run the notebook "
-                       "(python -m rlhf_lab.notebook_runner) and check the prose around it")
+                       "(python -m tools.notebook_runner) and check the prose around it")

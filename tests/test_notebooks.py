@@ -19,7 +19,7 @@ import zmq.asyncio
 from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.session import Session
 
-from rlhf_lab.notebook_runner import (
+from tools.notebook_runner import (
     POLL_SLICE,
     WIDGET_MIME,
     SlicedPollChannel,

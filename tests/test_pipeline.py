@@ -23,7 +23,7 @@ from rlhf_lab.rl import (
     policy_forward,
 )
 from rlhf_lab.sft import lab_model_config
-from rlhf_lab.tokenizer import CharTokenizer
+from rlhf_lab.text.tokenizer import CharTokenizer
 
 TOK = CharTokenizer()
 SMALL = dict(prompts_per_step=4, num_generations=4, eval_every=0, eval_examples=8, n_train=200, n_test=40, steps=2)
@@ -181,7 +181,7 @@ def test_grpo_advantage_is_the_only_difference_from_the_base():
 
 
 def test_held_out_split_and_its_standard_error():
-    from rlhf_lab.evaluate import standard_error
+    from rlhf_lab.train.evaluate import standard_error
 
     trainer = trainer_for("grpo")
     assert len(trainer.test_examples) == SMALL["n_test"]

@@ -23,7 +23,7 @@ import sys
 sys.path.insert(0, sys.argv[1])  # bench/
 import torch
 import profile_step
-from rlhf_lab.rl.allocator import keep_freed_memory
+from rlhf_lab.util.allocator import keep_freed_memory
 keep_freed_memory()  # what the Trainer does: 2 MB blocks come from the heap
 if sys.argv[2] == "reserve":
     assert profile_step.reserve_heap(128)

@@ -19,7 +19,7 @@ from rlhf_lab.tasks import (
     score_batch,
     steps_reward,
 )
-from rlhf_lab.tokenizer import CHARS
+from rlhf_lab.text.tokenizer import CHARS
 
 PROMPT, ANSWER = "47+85=", "231"  # 47 + 85 = 132, reversed: 231
 COT = "7+5=12;4+8+1=13;>231"

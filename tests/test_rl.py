@@ -11,7 +11,7 @@ import torch
 from rlhf_lab.model import LlamaModel
 from rlhf_lab.rl import ALGORITHMS, Callback, Trainer, make_config
 from rlhf_lab.sft import lab_model_config
-from rlhf_lab.tokenizer import CharTokenizer
+from rlhf_lab.text.tokenizer import CharTokenizer
 
 TOK = CharTokenizer()
 SMALL = dict(prompts_per_step=4, num_generations=4, eval_every=2, eval_examples=16, n_train=200, n_test=40)

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from rlhf_lab.model import LlamaModel
-from rlhf_lab.moe_experiment import mean_and_se, method_config, one_step_routing_change, run_summary
 from rlhf_lab.rl import Trainer, make_config, policy_forward
 from rlhf_lab.rl.routing import RoutingStats, expert_load, expert_set_changed, routed_experts, routing_change
+from rlhf_lab.runs.moe_experiment import mean_and_se, method_config, one_step_routing_change, run_summary
 from rlhf_lab.sft import lab_model_config
-from rlhf_lab.tokenizer import CharTokenizer
+from rlhf_lab.text.tokenizer import CharTokenizer
 
 TOK = CharTokenizer()
 SMALL = dict(prompts_per_step=4, num_generations=4, eval_every=0, eval_examples=8, n_train=100, n_test=20,
@@ -174,7 +174,7 @@ def test_one_step_routing_change_grows_with_the_learning_rate():
 
 def test_short_run_sweep_gives_one_row_per_setting(tmp_path):
     from rlhf_lab.model.hf import save_pretrained
-    from rlhf_lab.moe_experiment import short_run_sweep
+    from rlhf_lab.runs.moe_experiment import short_run_sweep
 
     save_pretrained(tiny_moe(), tmp_path / "moe", tokenizer=TOK)
     settings = {**SMALL, "init_checkpoint": str(tmp_path / "moe")}
@@ -195,7 +195,7 @@ def test_run_summary_and_mean_and_se():
 
 def test_experiment_runs_every_method_with_steps_from_its_cpu_time(tmp_path):
     from rlhf_lab.model.hf import save_pretrained
-    from rlhf_lab.moe_experiment import moe_routing_experiment, stability_table
+    from rlhf_lab.runs.moe_experiment import moe_routing_experiment, stability_table
 
     save_pretrained(tiny_moe(), tmp_path / "moe", tokenizer=TOK)
     settings = {**SMALL, "init_checkpoint": str(tmp_path / "moe"), "eval_every": 100}  # evaluate at the start and end

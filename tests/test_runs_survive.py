@@ -30,16 +30,16 @@ import torch
 from safetensors.torch import load_file
 
 from rlhf_lab import cli
-from rlhf_lab.atomic import FolderInUseError, FolderLock, recover_folder, replace_folder
-from rlhf_lab.callbacks import NonFiniteLossError
 from rlhf_lab.checkpoints import CheckpointError, load_checkpoint
 from rlhf_lab.cli import main
 from rlhf_lab.model.hf import from_pretrained, save_pretrained
 from rlhf_lab.rl import Trainer, make_config
-from rlhf_lab.run_state import Checkpointer
 from rlhf_lab.sampling import SamplingConfig, generate
 from rlhf_lab.sft import SFTConfig, SFTTrainer
-from rlhf_lab.tokenizer import default_tokenizer
+from rlhf_lab.text.tokenizer import default_tokenizer
+from rlhf_lab.train.callbacks import NonFiniteLossError
+from rlhf_lab.train.run_state import Checkpointer
+from rlhf_lab.util.atomic import FolderInUseError, FolderLock, recover_folder, replace_folder
 
 PROCESS_COLUMNS = ["wall_time", "step_time", "rollout_time", "update_time", "tokens_per_s", "mem_peak_bytes"]
 RUN = ["--steps", "8", "--eval-every", "4", "--save-every", "2", "--set", "prompts_per_step=4",
@@ -155,7 +155,7 @@ def test_the_stop_message_is_written_after_the_signal_handlers_are_back(tmp_path
 
 def test_one_writer_per_folder_and_a_killed_writer_leaves_no_stale_lock(tmp_path, capsys):
     out = tmp_path / "shared"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from rlhf_lab.atomic import FolderLock; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from rlhf_lab.util.atomic import FolderLock; "
                                "FolderLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(60)", str(out)],
                               stdout=subprocess.PIPE, text=True)
     try:

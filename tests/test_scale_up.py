@@ -12,14 +12,13 @@ from test_checkpoints import parity_tolerance
 
 from rlhf_lab.checkpoints import load_checkpoint
 from rlhf_lab.cli import main
-from rlhf_lab.hf_tokenizer import HFTokenizer, train_bpe_tokenizer
 from rlhf_lab.model import LlamaModel, ModelConfig
 from rlhf_lab.model.hf import save_pretrained
 from rlhf_lab.model.lora import add_lora, merged_model
 from rlhf_lab.rl import make_config
 from rlhf_lab.rl.rollout import policy_forward
 from rlhf_lab.rl.trainer import Trainer
-from rlhf_lab.scale_up import (
+from rlhf_lab.runs.scale_up import (
     active_parameter_count,
     describe_parameters,
     estimate_training_memory,
@@ -28,6 +27,7 @@ from rlhf_lab.scale_up import (
     tiny_qwen3_config,
 )
 from rlhf_lab.tasks import get_task
+from rlhf_lab.text.hf_tokenizer import HFTokenizer, train_bpe_tokenizer
 
 TASK = get_task("countdown")
 

@@ -12,12 +12,10 @@ import torch
 import torch.nn.functional as F
 
 import rlhf_lab.sft as sft_module
-from rlhf_lab.callbacks import Callback
 from rlhf_lab.checkpoints import load_checkpoint
+from rlhf_lab.checkpoints.presets import PRESETS
 from rlhf_lab.cli import main
 from rlhf_lab.model import LlamaModel
-from rlhf_lab.presets import PRESETS
-from rlhf_lab.schedule import SCHEDULES, learning_rate_at
 from rlhf_lab.sft import (
     SFTConfig,
     SFTTrainer,
@@ -27,7 +25,9 @@ from rlhf_lab.sft import (
     train_sft,
 )
 from rlhf_lab.tasks import Example, get_task
-from rlhf_lab.tokenizer import default_tokenizer
+from rlhf_lab.text.tokenizer import default_tokenizer
+from rlhf_lab.train.callbacks import Callback
+from rlhf_lab.train.schedule import SCHEDULES, learning_rate_at
 
 TOKENIZER = default_tokenizer()
 # Small enough that 30-60 steps take a second or two; still a real (GQA, 2-layer) lab model.

@@ -20,7 +20,7 @@ from rlhf_lab.tasks import (
     write_datasets,
     write_jsonl,
 )
-from rlhf_lab.tokenizer import CHARS
+from rlhf_lab.text.tokenizer import CHARS
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "tasks"
 SMALL = {"n_train": 60, "n_test": 20, "n_ood": 10}  # keeps the file tests fast

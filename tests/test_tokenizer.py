@@ -7,7 +7,7 @@ import json
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from rlhf_lab.tokenizer import CHARS, HF_TOKENIZER_CONFIG, CharTokenizer
+from rlhf_lab.text.tokenizer import CHARS, HF_TOKENIZER_CONFIG, CharTokenizer
 
 TEXTS = ["47+85=", "", "sort:3194= ok", "a , b .", "(1+2)*3=9"]
 

@@ -19,14 +19,14 @@ import torch  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from rlhf_lab.callbacks import Callback  # noqa: E402
 from rlhf_lab.model import LlamaModel  # noqa: E402
 from rlhf_lab.rl import StepDistributions  # noqa: E402
 from rlhf_lab.rl.losses import clipped_surrogate  # noqa: E402
 from rlhf_lab.rl.metrics import METRIC_COLUMNS  # noqa: E402
 from rlhf_lab.sampling import SamplingConfig, explain_filters  # noqa: E402
 from rlhf_lab.sft import SFTConfig, SFTTrainer, lab_model_config  # noqa: E402
-from rlhf_lab.tokenizer import default_tokenizer  # noqa: E402
+from rlhf_lab.text.tokenizer import default_tokenizer  # noqa: E402
+from rlhf_lab.train.callbacks import Callback  # noqa: E402
 from rlhf_lab.viz import (  # noqa: E402
     ALGO_COLORS,
     EXPLORERS,

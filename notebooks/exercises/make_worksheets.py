@@ -131,7 +131,7 @@ def rl_notebook():
         "jobs (so expect less on an idle laptop), and 57 s with `RLHF_LAB_FAST=1` (one step per run). No GPU needed.\n\n"
         "This notebook is committed without outputs: it is a worksheet."),
         new_code_cell("import torch\n\nfrom rlhf_lab import exercises\nfrom rlhf_lab.exercises import training\n"
-                      "from rlhf_lab.notebook import FAST, setup\n\nsetup(seed=0)\n"
+                      "from rlhf_lab.teach.notebook import FAST, setup\n\nsetup(seed=0)\n"
                       "exercises.list_exercises(topic=None).query(\"topic in ('advantages', 'losses')\")"),
         new_markdown_cell(HOW),
         new_markdown_cell("## Advantages")]
@@ -170,7 +170,7 @@ def mechanisms_notebook():
         "**Run time**: no training: the whole notebook ran in 15 s on a 2-core CPU shared with other jobs (there "
         "is no FAST switch: nothing to shrink). No GPU needed.\n\n"
         "This notebook is committed without outputs: it is a worksheet."),
-        new_code_cell("import torch\n\nfrom rlhf_lab import exercises\nfrom rlhf_lab.notebook import setup\n\nsetup(seed=0)\n"
+        new_code_cell("import torch\n\nfrom rlhf_lab import exercises\nfrom rlhf_lab.teach.notebook import setup\n\nsetup(seed=0)\n"
                       "exercises.list_exercises().query(\"topic not in ('advantages', 'losses')\")"),
         new_markdown_cell(HOW)]
     for title, names in sections:

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ..validation import check_choice, check_number
+from ..util.validation import check_choice, check_number
 
 DIFFICULTIES = ("easy", "medium", "hard")
 

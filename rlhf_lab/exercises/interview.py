@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from ..validation import check_number, check_optional
+from ..util.validation import check_number, check_optional
 from .core import CheckResult, Exercise
 
 

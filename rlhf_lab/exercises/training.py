@@ -25,7 +25,7 @@ import pandas as pd
 
 from ..rl import GRPO, GSPO, PPO, Trainer, make_config
 from ..rl.algorithm import Algorithm
-from ..validation import check_choice
+from ..util.validation import check_choice
 
 # exercise -> the algorithm its function drives
 PLUGGABLE: dict[str, str] = {

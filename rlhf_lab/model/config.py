@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from ..validation import check_bool, check_choice, check_number
+from ..util.validation import check_bool, check_choice, check_number
 from .rope import check_head_dim, read_rope_scaling
 
 MODEL_TYPES = ("llama", "qwen2", "qwen3", "mixtral", "qwen3_moe")

@@ -16,7 +16,7 @@ silently ignored. A saved folder is an ordinary HF checkpoint:
 so `transformers.AutoModelForCausalLM.from_pretrained(folder)` loads it too. Writes are atomic: the
 folder is assembled under a temporary name and renamed into place, so an interrupted save never
 leaves a half-written checkpoint where a good one was, and the next save or load repairs what a
-killed one left (`rlhf_lab.atomic`). Loads are checked: config.json must be a Llama config, each
+killed one left (`rlhf_lab.util.atomic`). Loads are checked: config.json must be a Llama config, each
 weights file must match the checksum saved in config.json["rlhf_lab"]["sha256"] (when there is one),
 and no tensor may hold NaN or inf.
 """
@@ -32,7 +32,7 @@ import torch
 from safetensors import SafetensorError as SafetensorsError
 from safetensors.torch import load_file, save_file
 
-from ..atomic import recover_folder, replace_folder
+from ..util.atomic import recover_folder, replace_folder
 from .config import MODEL_TYPES, ModelConfig
 from .transformer import LlamaModel
 

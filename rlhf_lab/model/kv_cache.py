@@ -17,7 +17,7 @@ from typing import Protocol
 
 import torch
 
-from ..validation import check_number
+from ..util.validation import check_number
 
 
 class KVCache(Protocol):

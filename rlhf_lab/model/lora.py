@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 
-from ..validation import check_number
+from ..util.validation import check_number
 
 LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 

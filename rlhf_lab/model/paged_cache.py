@@ -29,7 +29,7 @@ import math
 
 import torch
 
-from ..validation import check_number
+from ..util.validation import check_number
 
 
 class PagedKVCache:

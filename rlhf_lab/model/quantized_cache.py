@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from ..validation import check_number
+from ..util.validation import check_number
 
 LEVELS = 255  # 8-bit codes 0 .. 255
 

@@ -27,7 +27,7 @@ import math
 import torch
 from torch import nn
 
-from ..validation import check_bool, check_choice, check_number, check_optional
+from ..util.validation import check_bool, check_choice, check_number, check_optional
 
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
 

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ..validation import check_choice
+from ..util.validation import check_choice
 from .config import ModelConfig
 from .kv_cache import KVCache
 from .moe import SparseMoeBlock, moe_aux_loss

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..validation import check_number
+from ..util.validation import check_number
 
 
 def cohen_kappa(labels_a: Sequence, labels_b: Sequence) -> float:

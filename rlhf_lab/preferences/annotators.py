@@ -21,7 +21,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..validation import check_number
+from ..util.validation import check_number
 from .gold import gold_reward
 
 

@@ -31,7 +31,7 @@ import torch
 from ..sampling import SamplingConfig, generate
 from ..tasks import get_task
 from ..tasks.jsonl import SPLIT_N_TRAIN, read_records
-from ..validation import check_choice, check_number
+from ..util.validation import check_choice, check_number
 from .annotators import DEFAULT_ANNOTATORS, Annotator
 from .gold import gold_reward
 

@@ -42,14 +42,14 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ..device import autocast, pick_device
-from ..evaluate import completion_budget, greedy_accuracy
-from ..loop import SupervisedLoop, backward_and_step
 from ..rl.rollout import Rollout, encode_rollout, policy_forward, sample_and_score
 from ..sampling import SamplingConfig
 from ..tasks import TASKS, get_task
 from ..tasks.jsonl import SPLIT_N_TRAIN
-from ..validation import check_bool, check_choice, check_number, check_optional
+from ..train.evaluate import completion_budget, greedy_accuracy
+from ..train.loop import SupervisedLoop, backward_and_step
+from ..util.device import autocast, pick_device
+from ..util.validation import check_bool, check_choice, check_number, check_optional
 from .overoptimization import sequence_kl
 
 LOSS_TYPES = ("sigmoid", "ipo")  # TRL's names: "sigmoid" is DPO's loss
@@ -280,7 +280,7 @@ class DPOTrainer(SupervisedLoop):
             fraction whose implicit reward ranks them as gold does (ties count half).
         train_examples: online DPO's prompts (task `Example`s); default the task's training split.
         eval_examples: held-out `Example`s; default the first `config.eval_examples` of the test split.
-        callbacks: `rlhf_lab.callbacks.Callback`s (LiveDashboard, ProgressBar, ...).
+        callbacks: `rlhf_lab.train.callbacks.Callback`s (LiveDashboard, ProgressBar, ...).
 
     After `train()`: `history` (row 0 = the model before training; TRL's metric names), `step`,
     `train_time` and `stop_reason`, as for the other trainers.

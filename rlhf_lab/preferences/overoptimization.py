@@ -42,14 +42,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..callbacks import Callback
-from ..device import autocast
-from ..evaluate import completion_budget
-from ..loop import clone_state
 from ..rl.losses import masked_sum
 from ..rl.rollout import Rollout, next_token_logprobs, sample_and_score, score_completions
 from ..sampling import SamplingConfig
-from ..validation import check_choice, check_number
+from ..train.callbacks import Callback
+from ..train.evaluate import completion_budget
+from ..train.loop import clone_state
+from ..util.device import autocast
+from ..util.validation import check_choice, check_number
 
 __all__ = [
     "FIT_FORMS", "BestOfNPool", "GaoFit", "GoldEarlyStopping", "PolicyMeasurement", "RewardTracker",

@@ -25,7 +25,7 @@ the loss: `RewardModel.offset` centres the scores on the training completions af
 is what an RL trainer without per-group normalisation (PPO) wants.
 
     rm = RewardModel.from_sft()                                  # addition_sft trunk + a fresh head
-    trainer = RewardTrainer(RewardConfig(steps=300), rm)         # a rlhf_lab.loop.TrainingLoop
+    trainer = RewardTrainer(RewardConfig(steps=300), rm)         # a rlhf_lab.train.loop.TrainingLoop
     trainer.train()
     rm.score(prompts, completions)                               # (batch,) tensor
     rl.Trainer(config, reward_fn=rm)                             # RL against it (score_batch)
@@ -48,11 +48,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checkpoints import load_checkpoint
-from ..device import autocast, pick_device
-from ..loop import SupervisedLoop, backward_and_step
 from ..model import LlamaModel
 from ..rl.rollout import encode_rollout
-from ..validation import check_bool, check_choice, check_number, check_optional
+from ..train.loop import SupervisedLoop, backward_and_step
+from ..util.device import autocast, pick_device
+from ..util.validation import check_bool, check_choice, check_number, check_optional
 from .data import LABEL_SOURCES, PreferencePair, load_preferences, orient
 
 SHIPPED_REWARD_MODEL = "reward_model"  # data/checkpoints/reward_model
@@ -298,7 +298,7 @@ class RewardTrainer(SupervisedLoop):
         model: the reward model to train; None: `RewardModel.from_sft(config.init_checkpoint)`.
         train_pairs / eval_pairs: default the shipped "train" / "validation" splits. The training pairs
             are oriented by `config.label` (gold ties dropped when it is "gold") and cut to `config.n_pairs`.
-        callbacks: `rlhf_lab.callbacks.Callback`s.
+        callbacks: `rlhf_lab.train.callbacks.Callback`s.
 
     Each evaluation row holds `train_accuracy` (on the training pairs, against config.label),
     `eval_accuracy` (validation, against config.label) and `eval_gold_accuracy` (validation, against
@@ -387,7 +387,7 @@ def train_reward_model(config: RewardConfig, folder: str | os.PathLike | None = 
                        train_pairs=None, eval_pairs=None) -> tuple[RewardModel, pd.DataFrame]:
     """Train a reward model with `config` (default data: the shipped splits) and, if `folder` is given,
     save it there with its validation accuracies (against the majority and the gold) in the metadata."""
-    from ..callbacks import ProgressBar
+    from ..train.callbacks import ProgressBar
 
     trainer = RewardTrainer(config, train_pairs=train_pairs, eval_pairs=eval_pairs,
                             callbacks=[ProgressBar(desc=f"reward model seed {config.seed}")] if progress else [])

@@ -13,8 +13,8 @@ or one phase at a time (trainer.py explains each):
 
 import dataclasses
 
-from ..callbacks import Callback
-from ..validation import check_known
+from ..train.callbacks import Callback
+from ..util.validation import check_known
 from .algorithm import Algorithm, LossInfo, broadcast_to_tokens
 from .baselines import RLOO, Reinforce, ReinforceConfig, ReMax, ReMaxConfig, RLOOConfig
 from .config import RLConfig

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..validation import check_choice, check_number
+from ..util.validation import check_choice, check_number
 from .advantages import REINFORCE_BASELINES, reinforce_advantages, remax_advantages, rloo_advantages
 from .policy_gradient import PolicyGradient, PolicyGradientConfig
 

@@ -2,7 +2,7 @@
 
 Field names follow TRL's GRPOConfig / PPOConfig where they exist (num_generations, num_iterations,
 beta, epsilon, epsilon_high, temperature, max_completion_length, learning_rate, max_grad_norm...).
-Every field is validated at construction and again when assigned later (rlhf_lab.validation);
+Every field is validated at construction and again when assigned later (rlhf_lab.util.validation);
 errors name the field and the allowed values. Settings that only some methods use live in their config classes: beta in the
 policy-gradient family (policy_gradient.py), kl_coef and the critic in PPO's.
 """
@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..tasks.jsonl import SPLIT_N_TRAIN
-from ..validation import Validated, check_bool, check_choice, check_number, check_optional
+from ..util.validation import Validated, check_bool, check_choice, check_number, check_optional
 
 
 @dataclass

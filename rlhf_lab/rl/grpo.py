@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..validation import check_bool, check_choice, check_number
+from ..util.validation import check_bool, check_choice, check_number
 from .advantages import SCALE_REWARDS, group_advantages, overlong_soft_penalty
 from .policy_gradient import PolicyGradient, PolicyGradientConfig
 from .rollout import Rollout

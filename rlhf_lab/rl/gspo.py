@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..validation import check_choice
+from ..util.validation import check_choice
 from .grpo import GRPO, GRPOConfig
 from .losses import gspo_ratio
 

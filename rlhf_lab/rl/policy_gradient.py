@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..validation import check_bool, check_choice, check_number
+from ..util.validation import check_bool, check_choice, check_number
 from .algorithm import Algorithm, LossInfo, broadcast_to_tokens
 from .config import RLConfig
 from .kl import kl_k3

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..validation import check_bool, check_choice, check_number
+from ..util.validation import check_bool, check_choice, check_number
 from .advantages import gae, ppo_token_rewards, whiten
 from .algorithm import Algorithm, LossInfo
 from .config import RLConfig

@@ -20,8 +20,8 @@ from numbers import Real
 
 import torch
 
-from ..device import autocast
 from ..sampling import SamplingConfig, generate
+from ..util.device import autocast
 from .losses import selective_log_softmax_and_entropy
 from .routing import is_moe
 

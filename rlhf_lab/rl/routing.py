@@ -35,7 +35,7 @@ import math
 
 import torch
 
-from ..validation import check_bool
+from ..util.validation import check_bool
 from .losses import masked_mean
 
 __all__ = ["RoutingStats", "check_routing_replay", "completion_experts", "completion_positions", "expert_load",

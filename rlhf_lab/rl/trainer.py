@@ -9,7 +9,7 @@
     stats.metrics()                                        #    what the update did (clip fractions, ratios, ...)
 
 `train_step()` is those three phases plus one row of metrics, done atomically, and `train()` loops
-over it with evaluation and callbacks; both come from `rlhf_lab.loop.TrainingLoop`, shared with SFT.
+over it with evaluation and callbacks; both come from `rlhf_lab.train.loop.TrainingLoop`, shared with SFT.
 What a step does not need it skips: no log pi_old forward on-policy (pi_old = pi_theta.detach(), as
 TRL does), no reference forward over the batch when the loss does not read log pi_ref (beta = 0,
 TRL's default: the KL metrics then come from `kl_metric_samples` rows), and every teacher-forced
@@ -49,18 +49,18 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ..callbacks import Callback, NonFiniteLossError
-from ..device import autocast, pick_device
-from ..evaluate import completion_budget, greedy_accuracy
-from ..limits import check_memory, check_positions, check_tokenizer_fits, generation_bytes
-from ..loop import TrainingLoop, clone_state, optimizer_snapshot, restore_optimizer
 from ..model.lora import adapters_disabled, add_lora, merged_model
 from ..sampling import SamplingConfig
-from ..schedule import learning_rate_at
 from ..tasks import get_task
 from ..tasks.rewards import WeightedReward
+from ..train.callbacks import Callback, NonFiniteLossError
+from ..train.evaluate import completion_budget, greedy_accuracy
+from ..train.loop import TrainingLoop, clone_state, optimizer_snapshot, restore_optimizer
+from ..train.schedule import learning_rate_at
+from ..util.allocator import keep_freed_memory
+from ..util.device import autocast, pick_device
+from ..util.limits import check_memory, check_positions, check_tokenizer_fits, generation_bytes
 from .algorithm import Algorithm, LossInfo
-from .allocator import keep_freed_memory
 from .config import RLConfig
 from .losses import explained_variance
 from .metrics import (
@@ -168,7 +168,7 @@ class Trainer(TrainingLoop):
 
     def _check_bounds(self) -> None:
         """Before any work: the tokenizer fits the model, prompt + completion fit its context, and a
-        rollout fits in memory (rlhf_lab.limits)."""
+        rollout fits in memory (rlhf_lab.util.limits)."""
         c, model_config = self.config, self.policy.config
         check_tokenizer_fits(self.tokenizer, model_config)
         longest = max((*self.train_examples, *self.test_examples), key=lambda e: len(e.prompt))

@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ..device import autocast
-from ..limits import check_memory, check_positions, check_token_ids, generation_bytes
 from ..model.paged_cache import PagedKVCache
-from ..validation import Validated, check_choice, check_number
+from ..util.device import autocast
+from ..util.limits import check_memory, check_positions, check_token_ids, generation_bytes
+from ..util.validation import Validated, check_choice, check_number
 from .config import SamplingConfig
 from .generate import _encode_prompts, generate, make_cache
 

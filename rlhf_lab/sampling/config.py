@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from rlhf_lab.validation import Validated, check_bool, check_number, check_optional
+from rlhf_lab.util.validation import Validated, check_bool, check_number, check_optional
 
 
 @dataclass

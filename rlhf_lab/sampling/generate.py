@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..device import autocast
-from ..limits import check_memory, check_positions, check_token_ids, generation_bytes
 from ..model.kv_cache import DynamicCache, StaticCache
-from ..validation import check_bool, check_choice, check_number
+from ..util.device import autocast
+from ..util.limits import check_memory, check_positions, check_token_ids, generation_bytes
+from ..util.validation import check_bool, check_choice, check_number
 from .compiled import CompiledSteps, compiled_cache_length
 from .config import SamplingConfig
 from .fused import fused_sampler_applies, sample_fused
@@ -150,7 +150,7 @@ def generate(
 
     Raises ValueError before allocating anything if a prompt id is outside the vocabulary, if prompt
     + max_new_tokens exceeds the model's max_position_embeddings (stop_at_eos=True), or if the KV cache
-    and buffers would need more than half of the free memory (`rlhf_lab.limits`).
+    and buffers would need more than half of the free memory (`rlhf_lab.util.limits`).
     """
     config = config or SamplingConfig(do_sample=False)
     check_number("num_return_sequences", num_return_sequences, low=1, integer=True)

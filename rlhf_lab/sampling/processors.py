@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from rlhf_lab.sampling.config import SamplingConfig
-from rlhf_lab.validation import check_number
+from rlhf_lab.util.validation import check_number
 
 FILTER_VALUE = -float("inf")
 

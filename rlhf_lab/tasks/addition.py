@@ -31,7 +31,7 @@ from rlhf_lab.tasks.formats import (
     render_addition,
     reversed_sum,
 )
-from rlhf_lab.validation import check_number
+from rlhf_lab.util.validation import check_number
 
 MAX_DIGITS = 12  # far beyond what the tiny model handles; keeps prompts short for the tokenizer
 

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from rlhf_lab.tasks.formats import PLAIN, TASK_CHARS, extract_answer
 from rlhf_lab.tasks.rewards import RewardFn, WeightedReward
-from rlhf_lab.validation import check_number
+from rlhf_lab.util.validation import check_number
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from rlhf_lab.tasks.reasoning import (
     render_think_answer,
     think_answer_format_reward,
 )
-from rlhf_lab.validation import check_number
+from rlhf_lab.util.validation import check_number
 
 PROMPT = ("Using the numbers {numbers}, create an equation that equals {target}. You can use basic arithmetic "
           "operations (+, -, *, /) and each number can only be used once. Show your work in <think> </think> "

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 
-from rlhf_lab.validation import check_choice
+from rlhf_lab.util.validation import check_choice
 
 PLAIN = "plain"
 REASONING_FIRST = "reasoning_first"

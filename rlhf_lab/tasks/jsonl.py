@@ -18,7 +18,7 @@ from typing import Any
 
 from rlhf_lab.tasks.base import Example
 from rlhf_lab.tasks.registry import get_task
-from rlhf_lab.validation import check_number
+from rlhf_lab.util.validation import check_number
 
 # (registry name, parameters). The three addition formats use the same digits and seed, hence the
 # same problems: the data-format experiment compares formats, not datasets.

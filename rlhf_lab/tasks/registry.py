@@ -12,7 +12,7 @@ from rlhf_lab.tasks.base import Task
 from rlhf_lab.tasks.countdown import CountdownTask
 from rlhf_lab.tasks.sorting import SortTask
 from rlhf_lab.tasks.word_problems import WordProblemTask
-from rlhf_lab.validation import check_choice
+from rlhf_lab.util.validation import check_choice
 
 # name -> (class, parameters the name fixes). The three addition names ("addition", "addition_cot",
 # "addition_answer_first", named in addition.py) share one class and differ only in the fixed answer

@@ -50,7 +50,7 @@ from rlhf_lab.tasks.formats import (
     parse_addition_prompt,
     split_completion,
 )
-from rlhf_lab.validation import check_choice, check_number
+from rlhf_lab.util.validation import check_choice, check_number
 
 RewardFn = Callable[..., float]  # (prompt, completion, reference, finished=True) -> float
 

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from rlhf_lab.tasks.base import Example, Task
 from rlhf_lab.tasks.formats import PLAIN
-from rlhf_lab.validation import check_number
+from rlhf_lab.util.validation import check_number
 
 MAX_LENGTH = 20
 PROMPT_PREFIX = "sort:"

@@ -31,7 +31,7 @@ import torch
 
 from rlhf_lab.tasks.addition import AdditionTask
 from rlhf_lab.tasks.formats import extract_answer
-from rlhf_lab.validation import check_choice, check_number
+from rlhf_lab.util.validation import check_choice, check_number
 
 CREDIT_MODES = ("outcome", "per_turn")
 
@@ -94,8 +94,8 @@ def run_episodes(model, tokenizer, chains: list[Chain], num_generations: int = 8
     Returns `len(chains) * num_generations` episodes, those of one chain contiguous (the GRPO group
     layout). Turn k's prompt is `running+operand=` where `running` is the model's own previous answer
     read back (reversed) by the tool; an unreadable answer stops the episode."""
-    from rlhf_lab.rl.rollout import sample_and_score
-    from rlhf_lab.sampling import SamplingConfig
+    from rlhf_lab.sampling import SamplingConfig, generate
+    from rlhf_lab.util.device import autocast
 
     check_number("num_generations", num_generations, low=1, integer=True)
     check_number("temperature", temperature, low=0, low_open=True)
@@ -110,10 +110,12 @@ def run_episodes(model, tokenizer, chains: list[Chain], num_generations: int = 8
         if not alive:
             break
         examples = [task.make_example(running[i], episodes[i].chain.operands[turn + 1]) for i in alive]
-        rollout = sample_and_score(model, tokenizer, examples, 1, sampling, task.reward_fn(), task, generator)
-        texts = [tokenizer.decode_until_eos(ids)[0] for ids in rollout.completion_ids.tolist()]
+        prompts = [tokenizer.encode(example.prompt, add_bos=True) for example in examples]
+        with autocast(model.device):
+            out = generate(model, prompts, sampling, generator=generator)
+        texts = [tokenizer.decode_until_eos(ids)[0] for ids in out.completion_ids.tolist()]
         still = []
-        for i, example, text, done in zip(alive, examples, texts, rollout.finished.tolist()):
+        for i, example, text, done in zip(alive, examples, texts, out.finished.tolist()):
             episode = episodes[i]
             true_running = sum(episode.chain.operands[: turn + 2])
             answer = extract_answer(text) if done else None

@@ -28,7 +28,7 @@ from rlhf_lab.tasks.reasoning import (
     render_think_answer,
     think_answer_format_reward,
 )
-from rlhf_lab.validation import check_number
+from rlhf_lab.util.validation import check_number
 
 INSTRUCTION = " Think inside <think> </think> tags, then give the final number in <answer> </answer> tags."
 NAMES = ("Mia", "Leo", "Ava", "Sam", "Zoe", "Ben", "Ana", "Max")

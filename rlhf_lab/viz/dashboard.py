@@ -47,8 +47,8 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ..callbacks import Callback
-from ..validation import check_choice, check_number, check_optional
+from ..train.callbacks import Callback
+from ..util.validation import check_choice, check_number, check_optional
 from .plots import (
     DEFAULT_FIGSIZE,
     dashboard_kind,

@@ -31,7 +31,7 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
-from ..validation import check_choice, check_number
+from ..util.validation import check_choice, check_number
 from .style import (
     CLIP_SHADE_COLOR,
     SFT_COLOR,

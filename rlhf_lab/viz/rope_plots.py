@@ -23,7 +23,7 @@ import torch
 from matplotlib.figure import Figure
 
 from ..model.rope import YARN_BETA_FAST, YARN_BETA_SLOW, apply_rope, rope_inv_freq
-from ..validation import check_number
+from ..util.validation import check_number
 from .style import new_figure
 from .widgets import LogSlider, make_explorer, register_explorer
 

@@ -49,7 +49,7 @@ from ..rl.config import RLConfig
 from ..rl.gspo import GSPOConfig
 from ..rl.losses import clipped_surrogate
 from ..sampling import SamplingConfig, explain_filters
-from ..validation import check_choice, check_number
+from ..util.validation import check_choice, check_number
 from .style import (
     ALGO_COLORS,
     CLIP_SHADE_COLOR,

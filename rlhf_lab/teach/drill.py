@@ -1,7 +1,7 @@
 """The interview drill: the 26 questions of LLM-RL interviews, a model answer each, where the lab goes
 deep, a mock-interview widget, and a Chinese-English glossary (notebook 13, notebooks/GLOSSARY.md).
 
-    from rlhf_lab.drill import QUESTIONS, question_markdown, mock_interview, glossary_markdown
+    from rlhf_lab.teach.drill import QUESTIONS, question_markdown, mock_interview, glossary_markdown
     QUESTIONS[10].title_zh, QUESTIONS[10].title_en    # Q11: 多轮智能体 / multi-turn agents
     mock_interview(seed=0)                            # a random question, the answer behind a button
 
@@ -17,7 +17,7 @@ import random
 import re
 from dataclasses import dataclass, field
 
-from .validation import check_number, check_optional
+from ..util.validation import check_number, check_optional
 
 # Notebooks linked by file name before they existed (their links are then not checked). All have landed.
 PLANNED_NOTEBOOKS: tuple[str, ...] = ()
@@ -365,7 +365,7 @@ def mock_interview(seed: int | None = None, use_widgets: bool | None = None):
     In Jupyter with ipywidgets: "Next question" and "Reveal answer" buttons. Anywhere else (a script,
     a headless run, `use_widgets=False`): an HTML card with the answer in a collapsed <details>
     block, which GitHub renders collapsed too."""
-    from .viz.widgets import widgets_available
+    from ..viz.widgets import widgets_available
 
     check_optional(check_number, "seed", seed, integer=True)
     rng = random.Random(seed)

@@ -5,7 +5,7 @@
     meta["accuracy"], meta["accuracy_band"]          # measured held-out greedy accuracy, its band
 
 This is the runtime side only: it imports the model and the tokenizer, never the training code.
-How the shipped checkpoints are trained (and regenerated) is `rlhf_lab.presets`; what they are is
+How the shipped checkpoints are trained (and regenerated) is `rlhf_lab.checkpoints.presets`; what they are is
 data/checkpoints/README.md.
 """
 
@@ -16,18 +16,18 @@ from pathlib import Path
 
 import torch
 
-from .atomic import recover_folder
-from .device import pick_device
-from .hf_tokenizer import HFTokenizer, is_char_tokenizer
-from .model.hf import CheckpointError, from_pretrained, read_config
-from .tokenizer import CharTokenizer
-from .tokenizer import default_tokenizer as _default_tokenizer
+from ..model.hf import CheckpointError, from_pretrained, read_config
+from ..text.hf_tokenizer import HFTokenizer, is_char_tokenizer
+from ..text.tokenizer import CharTokenizer
+from ..text.tokenizer import default_tokenizer as _default_tokenizer
+from ..util.atomic import recover_folder
+from ..util.device import pick_device
 
 __all__ = ["CHECKPOINT_DIR", "CheckpointError", "checkpoint_folder", "load_checkpoint", "model_and_tokenizer"]
 
 # data/checkpoints of the repository (notebooks and the CLI run from a clone, where it sits next to
 # the package). RLHF_LAB_CHECKPOINTS points somewhere else, e.g. for a pip-installed package.
-CHECKPOINT_DIR = Path(os.environ.get("RLHF_LAB_CHECKPOINTS", Path(__file__).resolve().parents[1] / "data" / "checkpoints"))
+CHECKPOINT_DIR = Path(os.environ.get("RLHF_LAB_CHECKPOINTS", Path(__file__).resolve().parents[2] / "data" / "checkpoints"))
 
 
 def _available() -> list[str]:
@@ -39,7 +39,7 @@ def _available() -> list[str]:
 
 def checkpoint_folder(name: str | os.PathLike) -> Path:
     """A shipped checkpoint's folder by name, or `name` itself when it is a folder (put back first if
-    a save was killed between its two renames, see `rlhf_lab.atomic.recover_folder`)."""
+    a save was killed between its two renames, see `rlhf_lab.util.atomic.recover_folder`)."""
     if not (isinstance(name, str) and (CHECKPOINT_DIR / name).is_dir()):
         recover_folder(name)
     if isinstance(name, str) and (CHECKPOINT_DIR / name).is_dir():

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .hf_tokenizer import HFTokenizer, train_bpe_tokenizer
-from .model import LlamaModel, ModelConfig, kv_cache_bytes
-from .validation import check_number
+from ..text.hf_tokenizer import HFTokenizer, train_bpe_tokenizer
+from ..model import LlamaModel, ModelConfig, kv_cache_bytes
+from ..util.validation import check_number
 
 MODEL_ENV = "RLHF_LAB_MODEL"
 
@@ -230,7 +230,7 @@ def load_model(task, folder: str | os.PathLike | None = None, device: str | torc
                attn_implementation: str = "sdpa") -> tuple[LlamaModel, HFTokenizer, str]:
     """(model, tokenizer, source): the checkpoint folder given (default: $RLHF_LAB_MODEL) loaded into
     the lab's model with its own tokenizer, or, when there is none, `tiny_qwen3(task)`."""
-    from .checkpoints import load_checkpoint
+    from ..checkpoints import load_checkpoint
 
     folder = folder or os.environ.get(MODEL_ENV) or None
     if folder is None:

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from .atomic import FolderLock, write_text_atomic
-from .callbacks import ProgressBar
-from .rl import Trainer, make_config
-from .run_state import Checkpointer, has_state, remaining, signals_deferred
-from .validation import check_number
+from ..util.atomic import FolderLock, write_text_atomic
+from ..train.callbacks import ProgressBar
+from ..rl import Trainer, make_config
+from ..train.run_state import Checkpointer, has_state, remaining, signals_deferred
+from ..util.validation import check_number
 
 
 def summarize(trainer: Trainer) -> dict:
@@ -59,7 +59,7 @@ class OutputFolderError(ValueError):
 
 
 RUN_FILE = "run.json"  # what a run is (its config), written before training: --resume reads it
-STATE_FOLDER = "resume"  # the latest resumable trainer state (rlhf_lab.run_state)
+STATE_FOLDER = "resume"  # the latest resumable trainer state (rlhf_lab.train.run_state)
 TRAIN_OUTPUTS = (RUN_FILE, STATE_FOLDER, "history.csv", "metrics.json", "plots", "checkpoint")
 COMPARE_OUTPUTS = (RUN_FILE, "report.md", "summary.csv", "comparison.png")
 
@@ -138,7 +138,7 @@ def train_run(config, out_dir: str | Path, progress: bool = True, save_checkpoin
             write_text_atomic(out / "metrics.json", json.dumps(summary, indent=2, default=str) + "\n")
         if plots:
             try:
-                from .viz import save_training_plots
+                from ..viz import save_training_plots
 
                 save_training_plots(trainer.history, trainer.distributions, out / "plots", config=trainer.config)
             except ImportError:  # plotting is optional for the CLI
@@ -184,7 +184,7 @@ def compare_runs(algos: list[str], out_dir: str | Path, progress: bool = True, t
         table = pd.DataFrame(rows)
         if plots:
             try:
-                from .viz import plot_history
+                from ..viz import plot_history
 
                 fig = plot_history(histories, metrics=["eval_accuracy", "reward_mean", "kl_k1"], x="wall_time")
                 fig.savefig(out / "comparison.png", dpi=90, bbox_inches="tight")

@@ -5,7 +5,7 @@ already offers (no advantage whitening, a gradient-norm clip so large it never b
 subclass that does ONE thing wrong and is otherwise the package's algorithm. Pass them to the
 public trainer and read the symptom on its history and dashboard:
 
-    from rlhf_lab.mistakes import mistake_run
+    from rlhf_lab.teach.mistakes import mistake_run
     config, algorithm = mistake_run("forward_gae", steps=30)
     trainer = Trainer(config, algorithm=algorithm)
 
@@ -24,10 +24,10 @@ import dataclasses
 
 import torch
 
-from .exercises.rl import GAE_MISTAKES
-from .exercises.training import LearnerPPO
-from .rl.ppo import PPO, PPOConfig
-from .validation import check_choice
+from ..exercises.rl import GAE_MISTAKES
+from ..exercises.training import LearnerPPO
+from ..rl.ppo import PPO, PPOConfig
+from ..util.validation import check_choice
 
 MISTAKES = ("reference", "no_advantage_normalisation", "no_gradient_clipping", "low_precision_logprobs",
             "forward_gae")

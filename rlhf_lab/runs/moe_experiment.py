@@ -30,11 +30,11 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from .callbacks import NonFiniteLossError
-from .evaluate import standard_error
-from .rl import Trainer, make_config
-from .rl.routing import completion_experts, routed_experts, routing_change
-from .validation import check_number
+from ..train.callbacks import NonFiniteLossError
+from ..train.evaluate import standard_error
+from ..rl import Trainer, make_config
+from ..rl.routing import completion_experts, routed_experts, routing_change
+from ..util.validation import check_number
 
 # The three arms. GRPO keeps the GSPO paper's GRPO clip (0.2 / 0.27); GSPO its own (3e-4 / 4e-4); all
 # split each rollout into the paper's 4 minibatches (`settings` in moe_routing_experiment), so every
@@ -216,7 +216,7 @@ def one_step_routing_change(model, rollout, learning_rate: float, steps: int = 1
     Returns routing_change's dict (token, expert, layers)."""
     import copy
 
-    from .rl.rollout import policy_forward
+    from ..rl.rollout import policy_forward
 
     check_number("learning_rate", learning_rate, low=0, low_open=True)
     model = copy.deepcopy(model).train()

@@ -1,7 +1,7 @@
 """Execute notebooks top to bottom in a fresh kernel, and keep committed notebooks renderable.
 
-    python -m rlhf_lab.notebook_runner notebooks/*.ipynb          # full mode, outputs written back
-    python -m rlhf_lab.notebook_runner --fast --check notebooks/00_welcome.ipynb   # CI-style, no write
+    python -m tools.notebook_runner notebooks/*.ipynb          # full mode, outputs written back
+    python -m tools.notebook_runner --fast --check notebooks/00_welcome.ipynb   # CI-style, no write
 
 `clean_notebook` removes what breaks GitHub's renderer: the `widgets` entry of the notebook
 metadata (its absence is fine; a partial one gives "state key missing from metadata.widgets") and

@@ -8,7 +8,7 @@ Subclass and override what you need, then pass it to a trainer (`callbacks=[...]
                                                       `distributions` what the histograms show (or None)
     on_train_end(trainer)                             always, also after Stop / KeyboardInterrupt
 
-`rlhf_lab.run_state.Checkpointer` is one: it saves a resumable state every N steps and at any stop.
+`rlhf_lab.train.run_state.Checkpointer` is one: it saves a resumable state every N steps and at any stop.
 """
 
 from __future__ import annotations

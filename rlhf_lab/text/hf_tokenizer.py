@@ -6,7 +6,7 @@ Tasks, rollouts, SFT and evaluation only ever call
     tokenizer.decode(ids) / batch_decode(rows) / decode_until_eos(ids) -> (text, finished)
     tokenizer.pad_token_id, bos_token_id, eos_token_id, vocab_size, save_pretrained(folder)
 
-`CharTokenizer` (rlhf_lab.tokenizer) implements them for the lab's tiny model; `HFTokenizer` wraps any
+`CharTokenizer` (rlhf_lab.text.tokenizer) implements them for the lab's tiny model; `HFTokenizer` wraps any
 `transformers.AutoTokenizer` (Qwen's byte-level BPE, Llama's, SmolLM's...) with the same methods, so a
 trainer never knows which one it holds. One rule gives prompts the shape the checkpoint was trained on:
 
@@ -30,8 +30,8 @@ from pathlib import Path
 
 import torch
 
+from ..util.validation import check_bool, check_number
 from .tokenizer import decode_until_eos
-from .validation import check_bool, check_number
 
 # The ChatML layout Qwen2 / Qwen2.5 / Qwen3 use (without their tool-calling branches):
 #   <|im_start|>system\n...<|im_end|>\n<|im_start|>user\n...<|im_end|>\n<|im_start|>assistant\n

@@ -28,10 +28,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from .atomic import StopSignals, recover_folder, replace_folder, signals_deferred
+from ..model.hf import CheckpointError, file_sha256, load_tensors
+from ..util.atomic import StopSignals, recover_folder, replace_folder, signals_deferred
+from ..util.validation import check_number
 from .callbacks import Callback
-from .model.hf import CheckpointError, file_sha256, load_tensors
-from .validation import check_number
 
 __all__ = ["Checkpointer", "StopSignals", "has_state", "load_state", "read_state_summary", "remaining", "save_state",
            "signals_deferred"]

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .sampling import SamplingConfig, generate
+from ..sampling import SamplingConfig, generate
 
 
 def completion_budget(examples: Sequence, slack: int = 2) -> int:

@@ -13,7 +13,7 @@
 A subclass provides `config` (steps, time_budget, eval_every), `rows`, `step`, `train_time`,
 `callbacks`, `history`, `evaluate()`, and for `train_step()`: `_step()` (one step, returning its
 row), `_snapshot()` and `_restore(snapshot)` (what a failed step must not change). For
-`save_state(folder)` / `resume(folder)` (rlhf_lab.run_state) and the check that no weight became
+`save_state(folder)` / `resume(folder)` (rlhf_lab.train.run_state) and the check that no weight became
 NaN: `state_modules()`, `state_generators()`, `extra_state()` / `load_extra_state()`.
 """
 
@@ -27,9 +27,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from ..util.validation import check_number
 from .callbacks import NonFiniteLossError, call_hooks
 from .schedule import learning_rate_at
-from .validation import check_number
 
 
 class TrainingLoop:
@@ -160,7 +160,7 @@ class TrainingLoop:
     def add_callback(self, callback) -> None:
         self.callbacks.append(callback)
 
-    # resumable state: what `rlhf_lab.run_state` saves and loads
+    # resumable state: what `rlhf_lab.train.run_state` saves and loads
 
     def state_modules(self) -> dict[str, torch.nn.Module]:
         """The trained modules by name, e.g. {"policy": ..., "critic": ...}: their weights are saved
@@ -269,7 +269,7 @@ class SupervisedLoop(TrainingLoop):
     constant rate), and add generators to `state_generators()` (DPO's online sampling)."""
 
     adam_betas: tuple[float, float] = (0.9, 0.98)
-    lr_schedule: str = "cosine"  # rlhf_lab.schedule.SCHEDULES
+    lr_schedule: str = "cosine"  # rlhf_lab.train.schedule.SCHEDULES
 
     def start(self, callbacks=()) -> None:
         """AdamW over `self.model` (config.learning_rate, config.weight_decay, `adam_betas`), the

@@ -17,7 +17,7 @@ FAST_NOTE = ("[FAST mode: a shortened run. Its numbers differ from those the tex
 
 def setup(seed: int = 0, threads: int | None = None) -> dict:
     """Seed everything, pick a sensible thread count, return what the notebook should print."""
-    from .device import describe, pick_device
+    from ..util.device import describe, pick_device
 
     random.seed(seed)
     torch.manual_seed(seed)

@@ -1,7 +1,7 @@
 """Check that the numbers a notebook's prose states come from its committed outputs.
 
-    python -m rlhf_lab.prose_check notebooks/07_grpo.ipynb        # list unsupported numbers, exit 1
-    python -m rlhf_lab.prose_check --summary notebooks/*.ipynb    # counts per notebook
+    python -m tools.prose_check notebooks/07_grpo.ipynb        # list unsupported numbers, exit 1
+    python -m tools.prose_check --summary notebooks/*.ipynb    # counts per notebook
 
 The rule (notebooks/README.md, rule 6): every number a markdown cell states must appear in the
 committed outputs of the code cells *above* it. The first cell (what you will learn, run time) is the

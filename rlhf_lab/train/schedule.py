@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from .validation import check_choice, check_number, check_optional
+from ..util.validation import check_choice, check_number, check_optional
 
 SCHEDULES = ("constant", "cosine")
 
