@@ -5,4 +5,5 @@ device.py       which device to run on, autocast, a one-line description of the 
 limits.py       sizes checked before any work: positions, token ids, memory
 atomic.py       atomic writes, folder replacement, a folder lock, signals deferred during a write
 allocator.py    process-wide tuning of glibc's allocator, opt-in (the CLI and bench/ turn it on)
+fast_paths.py   the one switch between the plain definitions and their fast versions
 """
