@@ -21,8 +21,10 @@ from numbers import Real
 import torch
 
 from ..sampling import SamplingConfig, generate
+from ..util import fast_paths
 from ..util.device import autocast
 from .losses import selective_log_softmax_and_entropy
+from .prefix_sharing import shared_prompt_logits
 from .routing import is_moe
 
 
@@ -280,37 +282,27 @@ def rollout_forward(model, rollout: Rollout, expert_indices: tuple[torch.Tensor,
 def completion_logits(model, rollout: Rollout, temperature: float = 1.0, share_prompts: bool = False, output=None):
     """(logits (N, T, V) float32 / temperature, values (N, T) or None) at the completion positions.
 
-    The logit at position P-1+t predicts completion token t, so we keep positions P-1 .. P+T-2 and
-    divide by the sampling temperature (the distribution the tokens were drawn from).
+    The logit at position P-1+t predicts completion token t, so we keep positions P-1 .. P+T-2 (the
+    last T of the P+T-1 inputs: the lm_head runs on those only) and divide by the sampling
+    temperature (the distribution the tokens were drawn from).
 
-    share_prompts=True (what the RL Trainer uses): when rows share a prompt (the G completions of a
-    group), each distinct prompt goes through the model once and its keys/values serve all of its
-    rows: `shared_prompt_forward`. The same function of the weights (causal attention: a prompt
-    position never sees the completion), so the same log-probs and gradients up to float rounding,
-    for a fraction of the tokens. The default, one forward over every row's whole sequence, gives each
-    row the same bits whatever else is in the batch (DPO compares pi and pi_ref computed in different
-    batches and counts exact ties).
+    share_prompts=True lets the fast path run when it is on (rlhf_lab.util.fast_paths): the rows of a
+    group share a prompt, which then goes through the model once (prefix_sharing.py). False keeps one
+    forward per row, whose bits do not depend on what else is in the batch (DPO compares pi and
+    pi_ref computed in different batches and counts exact ties).
 
     output: a `rollout_forward` already run over every row's whole sequence (what an MoE policy
     needs for its router outputs); its logits are sliced, nothing is recomputed.
     """
     P, T = rollout.prompt_width, rollout.completion_ids.shape[1]
-    if output is not None:  # positions P-1 .. P+T-2 are the last T, whatever num_logits_to_keep was
-        values = output.values[:, P - 1 : P - 1 + T] if output.values is not None else None
-        return at_temperature(output.logits[:, -T:], temperature), values
-    recompute = getattr(model, "gradient_checkpointing", False) and torch.is_grad_enabled()
-    if share_prompts and not recompute:  # checkpointing recomputes layers without a cache
-        prompts = torch.cat([rollout.input_ids[:, :P], rollout.attention_mask[:, :P]], dim=1)  # (N, 2P)
-        unique, row_prompt = distinct_rows(prompts)  # (U, 2P), (N,)
-        if len(unique) < len(rollout):
-            logits, values = shared_prompt_forward(model, rollout, unique[:, :P], unique[:, P:], row_prompt)
-            return at_temperature(logits, temperature), values
-    # Positions P-1 .. P+T-2 are the last T of the P+T-1 inputs: the lm_head runs on those only
-    # (num_logits_to_keep), not on the prompt positions whose logits nothing uses.
-    out = rollout_forward(model, rollout, num_logits_to_keep=T)
-    logits = at_temperature(out.logits, temperature)  # (N, T, V)
-    values = out.values[:, P - 1 : P - 1 + T] if out.values is not None else None
-    return logits, values
+    if output is None and share_prompts and fast_paths.enabled():
+        shared = shared_prompt_logits(model, rollout)
+        if shared is not None:
+            return at_temperature(shared[0], temperature), shared[1]
+    if output is None:
+        output = rollout_forward(model, rollout, num_logits_to_keep=T)
+    values = output.values[:, P - 1 : P - 1 + T] if output.values is not None else None
+    return at_temperature(output.logits[:, -T:], temperature), values
 
 
 def at_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -318,77 +310,6 @@ def at_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     less forward and backward)."""
     logits = logits.float()
     return logits if temperature == 1 else logits / temperature
-
-
-def distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(distinct (U, W), inverse (N,)) of an integer matrix's rows: distinct[inverse] == rows, as
-    torch.unique(rows, dim=0, return_inverse=True) gives (whose CPU kernel compares rows one pair at a
-    time: ~1,500 small ops for 256 rows), up to the order of the distinct rows.
-
-    Each row is summarised by one integer key, sum_j rows[:, j] * w_j with fixed odd weights, the keys
-    made unique in one call, and the result checked exactly (distinct[inverse] == rows); should two
-    different rows ever share a key, the check fails and torch.unique's row comparison answers."""
-    n, width = rows.shape
-    weights = (torch.arange(1, width + 1, device=rows.device) * 2654435761) % (1 << 31) | 1  # Knuth's multiplier
-    keys, inverse = torch.unique((rows.long() * weights).sum(1), return_inverse=True)  # (U,), (N,)
-    # each key's first row stands for it
-    first = torch.full((len(keys),), n, device=rows.device).scatter_reduce_(
-        0, inverse, torch.arange(n, device=rows.device), "amin")
-    distinct = rows[first]
-    if torch.equal(distinct[inverse], rows):
-        return distinct, inverse
-    return torch.unique(rows, dim=0, return_inverse=True)
-
-
-def shared_prompt_forward(model, rollout: Rollout, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                          row_prompt: torch.Tensor):
-    """Teacher-forced logits (N, T, V) and values (N, T) or None, each prompt computed once.
-
-    prompt_ids, prompt_mask: (U, P) the distinct (left-padded) prompts; row_prompt: (N,) which of them
-    row n continues. 1. the U prompts through the model, keys/values kept in a cache (with their
-    gradient); its last position gives the logit of completion token 0. 2. the cache's rows indexed by
-    row_prompt (autograd sums the gradient of the rows that share a prompt), then the N completions'
-    first T-1 tokens attend to it: the logits of tokens 1 .. T-1. Tokens: U*P + N*(T-1), not N*(P+T-1).
-    The same idea as Prefix Grouper (arXiv 2506.05433) for GRPO's shared prompts.
-    """
-    from ..model.kv_cache import DynamicCache
-
-    T = rollout.completion_ids.shape[1]
-    prefix = DynamicCache()
-    head = model(prompt_ids, attention_mask=prompt_mask, cache=prefix, num_logits_to_keep=1)
-    logits = RowsOf.apply(head.logits, row_prompt)  # (N, 1, V): predicts completion token 0
-    values = RowsOf.apply(head.values, row_prompt)[:, -1:] if head.values is not None else None
-    if T > 1:
-        rows = DynamicCache()
-        rows.keys = [RowsOf.apply(k, row_prompt) for k in prefix.keys]  # (N, K, P, D) per layer
-        rows.values = [RowsOf.apply(v, row_prompt) for v in prefix.values]
-        tail = model(rollout.completion_ids[:, : T - 1], attention_mask=rollout.attention_mask[:, :-1], cache=rows)
-        logits = torch.cat([logits, tail.logits], dim=1)  # (N, T, V)
-        if values is not None:
-            values = torch.cat([values, tail.values], dim=1)
-    return logits, values
-
-
-class RowsOf(torch.autograd.Function):
-    """RowsOf.apply(x, index) = x.index_select(0, index): row n of the result is row index[n] of x (a
-    prompt's keys copied to each of its completions). Its backward adds each row's gradient into its
-    source row with index_add, as index_select's does (~2.5x faster on the CPU than indexing's
-    accumulating index_put), after making the gradient contiguous: what reaches the prompt's keys and
-    values is a slice of the gradient of the cache's concatenation [prompt | completion], and index_add
-    from such a strided slice takes a ~6x slower path than the copy plus the contiguous index_add (the
-    same sums in the same order: the same bits)."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(index)
-        ctx.rows = x.shape[0]
-        return x.index_select(0, index)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (index,) = ctx.saved_tensors
-        grad = grad.contiguous()
-        return grad.new_zeros((ctx.rows, *grad.shape[1:])).index_add_(0, index, grad), None
 
 
 def policy_forward(model, rollout: Rollout, temperature: float = 1.0, with_entropy: bool = False,
