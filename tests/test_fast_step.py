@@ -13,6 +13,7 @@ import rlhf_lab.rl.losses as losses
 from rlhf_lab.rl import Trainer, make_config, policy_forward
 from rlhf_lab.rl.metrics import kl_metrics, sampled_kl_metrics
 from rlhf_lab.tasks import get_task
+from rlhf_lab.util.fast_paths import reference_paths
 
 SMALL = dict(prompts_per_step=4, num_generations=4, eval_every=0, eval_examples=8, n_train=200, n_test=40, steps=3)
 
@@ -56,6 +57,21 @@ def test_shared_prompt_forward_equals_the_full_sequence():
     _, logit_rtol = parity_tolerance(trainer.policy.config, logits.detach())
     relative = ((grad_shared - grad_plain).norm() / grad_plain.norm()).item()
     assert relative <= 10 * (logit_rtol + rtol), relative
+
+
+def test_reference_paths_turn_prefix_sharing_off():
+    """With the fast paths off (rlhf_lab.util.fast_paths), every row goes through the model whole."""
+    trainer = trainer_for()
+    rollout = trainer.collect_rollout()
+    shapes = []
+    trainer.policy.register_forward_pre_hook(lambda module, args: shapes.append(tuple(args[0].shape)))
+    with torch.no_grad():
+        policy_forward(trainer.policy, rollout, share_prompts=True)
+        assert shapes[0][0] < len(rollout)  # the distinct prompts first
+        shapes.clear()
+        with reference_paths():
+            policy_forward(trainer.policy, rollout, share_prompts=True)
+    assert shapes == [(len(rollout), rollout.input_ids.shape[1] - 1)]
 
 
 def test_training_with_shared_prompts_stays_on_the_plain_path():
