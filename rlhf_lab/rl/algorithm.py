@@ -66,7 +66,8 @@ class Algorithm(ABC):
 
     def __init__(self, config: RLConfig) -> None:
         if not isinstance(config, self.config_class):
-            raise TypeError(f"{type(self).__name__} needs a {self.config_class.__name__}, got {type(config).__name__}")
+            raise TypeError(f"{type(self).__name__} needs a {self.config_class.__name__}, "
+                            f"got {type(config).__name__}")
         self.config = config
 
     def setup(self, policy: torch.nn.Module) -> None:  # noqa: B027  (an optional hook, empty on purpose)

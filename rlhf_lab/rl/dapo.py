@@ -2,15 +2,16 @@
 
 GRPO (grpo.py) with four changes. Two are settings of the shared loss, two change the batch:
 
-    clip-higher          eps_high = 0.28 > eps_low = 0.2: a rare token may grow further    (epsilon_high)
-    token-level loss     every token of the batch weighs the same                           (loss_type="dapo")
-    dynamic sampling     a group whose G rewards are all equal has A = 0 and no gradient:
-                         drop it and draw new prompts until the batch is full              (dynamic_sampling)
-    overlong shaping     an answer cut off at the length limit gets no gradient             (mask_truncated_completions)
-                         or a reward penalty that grows near the limit, eq. 13:            (overlong_buffer = L_cache)
-                             0                                  if |y| <= L_max - L_cache
-                             ((L_max - L_cache) - |y|) / L_cache  if L_max - L_cache < |y| <= L_max
-                             -1                                 if |y| > L_max
+    clip-higher        eps_high = 0.28 > eps_low = 0.2: a rare token may grow further (epsilon_high)
+    token-level loss   every token of the batch weighs the same (loss_type="dapo")
+    dynamic sampling   a group whose G rewards are all equal has A = 0 and no gradient: drop it and
+                       draw new prompts until the batch is full (dynamic_sampling)
+    overlong shaping   an answer cut off at the length limit gets no gradient
+                       (mask_truncated_completions), or a reward penalty that grows near the limit,
+                       eq. 13 (overlong_buffer = L_cache):
+                           0                                    if |y| <= L_max - L_cache
+                           ((L_max - L_cache) - |y|) / L_cache  if L_max - L_cache < |y| <= L_max
+                           -1                                   if |y| > L_max
 
 The paper drops the KL term (beta = 0, the default here). TRL puts the same options on its
 GRPOConfig; here they live with the method that introduced them. The paper's overlong buffer is 4,096

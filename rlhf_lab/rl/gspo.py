@@ -33,7 +33,8 @@ class GSPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_choice("importance_sampling_level", self.importance_sampling_level, ("sequence", "sequence_token"))
+        check_choice("importance_sampling_level", self.importance_sampling_level,
+                     ("sequence", "sequence_token"))
 
 
 class GSPO(GRPO):

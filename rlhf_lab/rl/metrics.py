@@ -80,8 +80,10 @@ class StepDistributions:
     advantages: torch.Tensor  # (N,) one value per completion (its first token's advantage)
     rewards: torch.Tensor  # (N,)
     num_generations: int
-    token_ratios: torch.Tensor = field(default_factory=lambda: torch.empty(0))  # every token's ratio, all passes
-    sequence_ratios: torch.Tensor = field(default_factory=lambda: torch.empty(0))  # (n,) per completion, all passes
+    # every token's ratio, all passes
+    token_ratios: torch.Tensor = field(default_factory=lambda: torch.empty(0))
+    # (n,) per completion, all passes
+    sequence_ratios: torch.Tensor = field(default_factory=lambda: torch.empty(0))
 
 
 class UpdateStats:
@@ -207,7 +209,8 @@ def sampled_kl_metrics(rollout, samples: int | None, reference_logprobs) -> dict
     k = min(samples or 0, len(rollout))
     if k == 0:
         return {"kl_k1": float("nan"), "kl_k3": float("nan")}
-    rows = torch.arange(k, device=rollout.rewards.device) * (len(rollout) // k)  # one per prompt at the defaults
+    # one per prompt at the defaults
+    rows = torch.arange(k, device=rollout.rewards.device) * (len(rollout) // k)
     sample = rollout.select(rows)
     return kl_metrics(sample.sampling_logprobs, reference_logprobs(sample), sample.completion_mask)
 

@@ -8,7 +8,8 @@ minimises the same surrogate. With r_i the reward of completion o_i and rho the 
     loss_it = -min(rho_it A_i, clip(rho_it, 1 - eps, 1 + eps_high) A_i)    clip = True
             = -rho_it A_i                                                clip = False (REINFORCE)
             + beta * k3_it                                               beta > 0: KL to pi_ref in the loss
-    loss    = aggregate(loss_it)      loss_type: grpo (token mean per sequence, then mean) | bnpo | dr_grpo | dapo
+    loss    = aggregate(loss_it)      loss_type: grpo (token mean per sequence, then mean) | bnpo
+                                                 | dr_grpo | dapo
 
 On-policy (one pass, one minibatch) the policy that sampled is the one being updated, so
 pi_old = pi_theta.detach(): rho is exactly 1 with a live gradient, the clip never acts, and the
@@ -73,15 +74,17 @@ class PolicyGradient(Algorithm):
         else:  # same value as -A on-policy, gradient A * grad log pi (REINFORCE)
             per_token = -ratio * advantages
             clipped_low = clipped_high = torch.zeros_like(mask, dtype=torch.bool)
-        length = minibatch.max_completion_length or mask.shape[1]  # Dr. GRPO's constant: the generation budget
+        # Dr. GRPO's constant: the generation budget
+        length = minibatch.max_completion_length or mask.shape[1]
         policy_loss = aggregate(per_token, mask, c.loss_type, max_completion_length=length)
         loss, kl_loss = policy_loss, torch.zeros(())
         if c.beta > 0:  # the KL in the loss (k3, always >= 0), not in the reward as PPO does
             kl = kl_k3(policy.logprobs, minibatch.ref_logprobs)
             kl_loss = aggregate(c.beta * kl, mask, c.loss_type, max_completion_length=length)
             loss = policy_loss + kl_loss
-        return loss, LossInfo.of(policy_loss, ratio, clipped_low, clipped_high, old_logprobs, minibatch, policy,
-                                 kl_penalty=kl_loss.item())
+        report = LossInfo.of(policy_loss, ratio, clipped_low, clipped_high, old_logprobs, minibatch, policy,
+                             kl_penalty=kl_loss.item())
+        return loss, report
 
     @property
     def needs_reference_logprobs(self) -> bool:

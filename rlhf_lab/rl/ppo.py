@@ -135,23 +135,27 @@ class PPO(Algorithm):
     def loss(self, minibatch, policy):
         c, mask = self.config, minibatch.completion_mask
         ratio = torch.exp(token_log_ratio(policy.logprobs, minibatch.old_logprobs))  # rho_t
-        per_token, clipped_low, clipped_high = clipped_surrogate(ratio, minibatch.advantages, c.eps_low, c.eps_high)
+        advantages = minibatch.advantages
+        per_token, clipped_low, clipped_high = clipped_surrogate(ratio, advantages, c.eps_low, c.eps_high)
         policy_loss = masked_mean(per_token, mask)
         values = self.critic_values(minibatch, policy)
         value_loss, value_clip_fraction = clipped_value_loss(
             values, minibatch.old_values, minibatch.returns, mask, c.cliprange_value
         )
         loss = policy_loss + c.vf_coef * value_loss
-        return loss, LossInfo.of(policy_loss, ratio, clipped_low, clipped_high, minibatch.old_logprobs, minibatch,
-                                 policy, value_loss=value_loss.item(), value_clip_fraction=float(value_clip_fraction),
-                                 explained_variance=float(explained_variance(values.detach(), minibatch.returns, mask)))
+        explained = float(explained_variance(values.detach(), minibatch.returns, mask))
+        report = LossInfo.of(policy_loss, ratio, clipped_low, clipped_high, minibatch.old_logprobs, minibatch,
+                             policy, value_loss=value_loss.item(), value_clip_fraction=float(value_clip_fraction),
+                             explained_variance=explained)
+        return loss, report
 
     @property
     def kl_coefficient(self) -> float:
         return self.kl_controller.value
 
     def after_step(self, metrics):
-        self.kl_controller.update(self.last_sequence_kl, self.config.prompts_per_step * self.config.num_generations)
+        samples = self.config.prompts_per_step * self.config.num_generations
+        self.kl_controller.update(self.last_sequence_kl, samples)
 
     def state_dict(self) -> dict:
         return {"kl_coef": self.kl_controller.value, "last_sequence_kl": self.last_sequence_kl}

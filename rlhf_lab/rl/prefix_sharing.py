@@ -43,7 +43,8 @@ def distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     made unique in one call, and the result checked exactly (distinct[inverse] == rows); should two
     different rows ever share a key, the check fails and torch.unique's row comparison answers."""
     n, width = rows.shape
-    weights = (torch.arange(1, width + 1, device=rows.device) * 2654435761) % (1 << 31) | 1  # Knuth's multiplier
+    # Knuth's multiplier
+    weights = (torch.arange(1, width + 1, device=rows.device) * 2654435761) % (1 << 31) | 1
     keys, inverse = torch.unique((rows.long() * weights).sum(1), return_inverse=True)  # (U,), (N,)
     # each key's first row stands for it
     first = torch.full((len(keys),), n, device=rows.device).scatter_reduce_(
@@ -73,7 +74,8 @@ def shared_prompt_forward(model, rollout, prompt_ids: torch.Tensor, prompt_mask:
         rows = DynamicCache()
         rows.keys = [RowsOf.apply(k, row_prompt) for k in prefix.keys]  # (N, K, P, D) per layer
         rows.values = [RowsOf.apply(v, row_prompt) for v in prefix.values]
-        tail = model(rollout.completion_ids[:, : T - 1], attention_mask=rollout.attention_mask[:, :-1], cache=rows)
+        tail = model(rollout.completion_ids[:, : T - 1], attention_mask=rollout.attention_mask[:, :-1],
+                     cache=rows)
         logits = torch.cat([logits, tail.logits], dim=1)  # (N, T, V)
         if values is not None:
             values = torch.cat([values, tail.values], dim=1)

@@ -42,14 +42,16 @@ class Rollout:
     examples: list | None = None  # (N,) the task Example each row answers (rows of a group share one)
     max_completion_length: int | None = None  # the generation budget (Dr. GRPO's constant, DAPO's L_max)
     old_logprobs: torch.Tensor | None = None  # (N, T) log pi_old(token) at rollout time
-    sampling_logprobs: torch.Tensor | None = None  # (N, T) log-prob of each token under the distribution the sampler drew it from
+    # (N, T) log-prob of each token under the distribution the sampler drew it from
+    sampling_logprobs: torch.Tensor | None = None
     ref_logprobs: torch.Tensor | None = None  # (N, T) log pi_ref(token)
     old_values: torch.Tensor | None = None  # (N, T) critic's V(s_t) at rollout time (PPO)
     advantages: torch.Tensor | None = None  # (N, T) filled by the algorithm
     returns: torch.Tensor | None = None  # (N, T) value targets (PPO)
     token_rewards: torch.Tensor | None = None  # (N, T) PPO's per-token reward (-kl_coef * kl + score)
     greedy_rewards: torch.Tensor | None = None  # (prompts,) ReMax's baseline: reward of the greedy answer
-    # MoE policy: pi_old's experts, one (N, P + T - 1, k) long tensor per MoE layer (routing replay, routing.py)
+    # MoE policy: pi_old's experts, one (N, P + T - 1, k) long tensor per MoE layer (routing replay,
+    # routing.py)
     old_expert_indices: tuple[torch.Tensor, ...] | None = None
 
     def __len__(self) -> int:
@@ -111,7 +113,8 @@ class Rollout:
         out["input_ids"] = torch.cat([zeros(dp, ids), ids, zeros(dt, ids)], 1)
         out["attention_mask"] = torch.cat([zeros(dp, self.attention_mask), self.attention_mask,
                                            zeros(dt, self.attention_mask)], 1)
-        for name in ("completion_ids", "completion_mask", "old_logprobs", "sampling_logprobs", "ref_logprobs", "old_values",
+        for name in ("completion_ids", "completion_mask", "old_logprobs", "sampling_logprobs", "ref_logprobs",
+                     "old_values",
                      "advantages", "returns", "token_rewards"):
             value = out[name]
             if value is not None:
@@ -227,13 +230,15 @@ class RolloutSampler:
         return self.sample(self.draw_prompts(count))
 
 
-def encode_rollout(tokenizer, prompts: Sequence[str], completions: Sequence[str], finished: Sequence[bool] | None = None,
+def encode_rollout(tokenizer, prompts: Sequence[str], completions: Sequence[str],
+                   finished: Sequence[bool] | None = None,
                    num_generations: int = 1, device=None) -> Rollout:
     """A Rollout of completions you give (no sampling): left-padded prompts (with BOS), right-padded
     completions, EOS appended where `finished` (default: everywhere). Rewards are zeros; the rollout
     is for `policy_forward` (teacher-forced log-probs, entropy, values) and for hand-made losses."""
     if len(prompts) != len(completions):
-        raise ValueError(f"prompts and completions must have the same length, got {len(prompts)} and {len(completions)}")
+        raise ValueError(f"prompts and completions must have the same length, "
+                         f"got {len(prompts)} and {len(completions)}")
     finished = [True] * len(prompts) if finished is None else list(finished)
     prompt_ids = [tokenizer.encode(p, add_bos=True) for p in prompts]
     completion_ids = [tokenizer.encode(c, add_eos=bool(f)) for c, f in zip(completions, finished)]
@@ -265,7 +270,8 @@ class PolicyOutput:
     values: torch.Tensor | None  # (N, T) V(s_t): the value of the state before token t
     # MoE policy only (None for a dense one), the model's outputs at all N x (P + T - 1) positions:
     router_logits: tuple[torch.Tensor, ...] | None = None  # per MoE layer (N, P + T - 1, E) float32
-    expert_indices: tuple[torch.Tensor, ...] | None = None  # per MoE layer (N, P + T - 1, k) long: experts used
+    # per MoE layer (N, P + T - 1, k) long: experts used
+    expert_indices: tuple[torch.Tensor, ...] | None = None
     aux_loss: torch.Tensor | None = None  # scalar: router_aux_loss_coef * balance + router_z_loss_coef * z
 
 
@@ -279,7 +285,8 @@ def rollout_forward(model, rollout: Rollout, expert_indices: tuple[torch.Tensor,
                  num_logits_to_keep=num_logits_to_keep, **replay)
 
 
-def completion_logits(model, rollout: Rollout, temperature: float = 1.0, share_prompts: bool = False, output=None):
+def completion_logits(model, rollout: Rollout, temperature: float = 1.0, share_prompts: bool = False,
+                      output=None):
     """(logits (N, T, V) float32 / temperature, values (N, T) or None) at the completion positions.
 
     The logit at position P-1+t predicts completion token t, so we keep positions P-1 .. P+T-2 (the
@@ -323,7 +330,8 @@ def policy_forward(model, rollout: Rollout, temperature: float = 1.0, with_entro
     tensor per layer, rlhf_lab.rl.routing) cover every position of every row."""
     out = None
     if is_moe(model) or expert_indices is not None:
-        out = rollout_forward(model, rollout, expert_indices, num_logits_to_keep=rollout.completion_ids.shape[1])
+        T = rollout.completion_ids.shape[1]
+        out = rollout_forward(model, rollout, expert_indices, num_logits_to_keep=T)
     logits, values = completion_logits(model, rollout, temperature, share_prompts, output=out)
     logprobs, entropy = selective_log_softmax_and_entropy(logits, rollout.completion_ids, with_entropy)
     return PolicyOutput(logprobs=logprobs, entropy=entropy, values=values if with_values else None,
@@ -332,7 +340,8 @@ def policy_forward(model, rollout: Rollout, temperature: float = 1.0, with_entro
                         aux_loss=None if out is None else out.aux_loss)
 
 
-def next_token_logprobs(model, rollout: Rollout, temperature: float = 1.0, dtype: torch.dtype = torch.float32):
+def next_token_logprobs(model, rollout: Rollout, temperature: float = 1.0,
+                        dtype: torch.dtype = torch.float32):
     """(N, T, V) log pi(. | prefix) over the whole vocabulary at every completion position, e.g. for
     an exact KL(pi || pi_ref) = sum_v pi_v (log pi_v - log pi_ref_v). float64 makes sums exact."""
     logits, _ = completion_logits(model, rollout, temperature)

@@ -37,8 +37,18 @@ import torch
 from ..util.validation import check_bool
 from .losses import masked_mean
 
-__all__ = ["RoutingMonitor", "check_routing_replay", "completion_routing", "completion_experts", "completion_positions", "expert_load",
-           "expert_set_changed", "is_moe", "routed_experts", "routing_change"]
+__all__ = [
+    "RoutingMonitor",
+    "check_routing_replay",
+    "completion_routing",
+    "completion_experts",
+    "completion_positions",
+    "expert_load",
+    "expert_set_changed",
+    "is_moe",
+    "routed_experts",
+    "routing_change",
+]
 
 
 def is_moe(model) -> bool:
@@ -50,17 +60,21 @@ def check_routing_replay(config, model) -> None:
     """RLConfig.routing_replay replays pi_old's expert choices: it needs a model that has experts."""
     check_bool("routing_replay", config.routing_replay)
     if config.routing_replay and not is_moe(model):
-        raise ValueError("routing_replay=True needs a mixture-of-experts policy (num_local_experts > 0), "
-                         f"got a dense {type(model).__name__}; allowed: routing_replay=False for a dense model")
+        raise ValueError(
+            "routing_replay=True needs a mixture-of-experts policy (num_local_experts > 0), "
+            f"got a dense {type(model).__name__}; allowed: routing_replay=False for a dense model"
+        )
 
 
-def completion_positions(per_position: torch.Tensor, prompt_width: int, completion_width: int) -> torch.Tensor:
+def completion_positions(per_position: torch.Tensor, prompt_width: int,
+                         completion_width: int) -> torch.Tensor:
     """(N, P + T - 1, ...) per model position -> (N, T, ...) at the positions predicting completion tokens."""
     return per_position[:, prompt_width - 1 : prompt_width - 1 + completion_width]
 
 
 def completion_experts(per_position: tuple[torch.Tensor, ...], rollout) -> tuple[torch.Tensor, ...]:
-    """One (N, P + T - 1, k) tensor per layer (a forward over the rollout) -> (N, T, k) at its completion positions."""
+    """One (N, P + T - 1, k) tensor per layer (a forward over the rollout) -> (N, T, k) at its
+    completion positions."""
     T = rollout.completion_ids.shape[1]
     return tuple(completion_positions(x, rollout.prompt_width, T) for x in per_position)
 
@@ -83,7 +97,8 @@ def expert_set_changed(before: tuple[torch.Tensor, ...], after: tuple[torch.Tens
     return torch.stack(changed).any(0)
 
 
-def routing_change(before: tuple[torch.Tensor, ...], after: tuple[torch.Tensor, ...], mask: torch.Tensor) -> dict:
+def routing_change(before: tuple[torch.Tensor, ...], after: tuple[torch.Tensor, ...],
+                   mask: torch.Tensor) -> dict:
     """How much routing moved between two forwards of the same tokens.
 
     before, after: one (N, T, k) long tensor per MoE layer (expert ids; the order within k is ignored);
@@ -105,7 +120,8 @@ def routing_change(before: tuple[torch.Tensor, ...], after: tuple[torch.Tensor, 
             "layers": per_layer}
 
 
-def expert_load(expert_indices: tuple[torch.Tensor, ...], num_experts: int, mask: torch.Tensor) -> torch.Tensor:
+def expert_load(expert_indices: tuple[torch.Tensor, ...], num_experts: int,
+                mask: torch.Tensor) -> torch.Tensor:
     """(layers, E) fraction of the token slots routed to each expert (each row sums to 1).
 
     expert_indices: one (N, T, k) long tensor per layer; mask (N, T). Balanced routing is 1/E each:
@@ -142,7 +158,8 @@ class RoutingMonitor:
         the routing change of the second minibatch."""
         if policy.aux_loss is not None:
             self.aux.append(policy.aux_loss.item())
-        if self.minibatches == 1 and minibatch.old_expert_indices is not None and policy.router_logits is not None:
+        replayed = minibatch.old_expert_indices is not None and policy.router_logits is not None
+        if self.minibatches == 1 and replayed:
             now = completion_routing(policy.router_logits, minibatch)
             old = completion_experts(minibatch.old_expert_indices, minibatch)
             self.one_update = routing_change(old, now, minibatch.completion_mask.bool())["token"]

@@ -1,7 +1,7 @@
 """The RL training loop. Every algorithm runs the same phases, which you can also call one at a time:
 
     trainer = Trainer(make_config(algo))            # or Trainer(config, model=..., reward_fn=my_reward)
-    rollout = trainer.collect_rollout()             # 1. sample and score; the no-grad log-probs the loss needs
+    rollout = trainer.collect_rollout()             # 1. sample, score, no-grad log-probs the loss needs
     trainer.algorithm.compute_advantages(rollout)   # 2. each completion token's advantage
     stats = trainer.update(rollout)                 # 3. minibatches of loss -> backward -> optimiser step
     trainer.train(steps=100)                        # whole steps, with evaluation and callbacks
@@ -106,8 +106,8 @@ class Trainer(TrainingLoop):
         sampling = SamplingConfig(do_sample=True, temperature=c.temperature,
                                   max_new_tokens=self.max_completion_length, return_logprobs=True)
         self.sampler = RolloutSampler(
-            self.policy, self.tokenizer, self.task, reward_fn, self.train_examples, sampling, c.num_generations,
-            sample_generator=torch.Generator(self.device).manual_seed(c.seed),
+            self.policy, self.tokenizer, self.task, reward_fn, self.train_examples, sampling,
+            c.num_generations, sample_generator=torch.Generator(self.device).manual_seed(c.seed),
             data_generator=torch.Generator().manual_seed(c.seed), accuracy_fn=accuracy_fn,
         )
         monitors = [RoutingMonitor()] if is_moe(self.policy) else []
@@ -150,7 +150,8 @@ class Trainer(TrainingLoop):
                  "update_time": done - collected}
         extra.update(reward_parts=reward_parts(self.task, self.reward_fn, self.tokenizer, rollout),
                      lr=self.optimizer.param_groups[0]["lr"])
-        row = {**step_row(step, rollout, stats, times, extra), **memory_row(self.memory_bytes(), self.device, held)}
+        row = step_row(step, rollout, stats, times, extra)
+        row.update(memory_row(self.memory_bytes(), self.device, held))
         self.algorithm.after_step(row)
         row["kl_coef"] = self.algorithm.kl_coefficient  # after the hook: an adaptive weight has moved
         return row, step_distributions(step, rollout, stats) if c.keep_distributions else None
@@ -163,7 +164,8 @@ class Trainer(TrainingLoop):
         self.policy.eval()
         try:
             with self.autocast():
-                rollout = self.algorithm.shape_rollout(self.sampler(self.config.prompts_per_step), self.sampler)
+                sampled = self.sampler(self.config.prompts_per_step)
+                rollout = self.algorithm.shape_rollout(sampled, self.sampler)
                 if with_reference:
                     rollout.ref_logprobs = self.reference_logprobs(rollout)
                 old = None
@@ -181,8 +183,10 @@ class Trainer(TrainingLoop):
         self.algorithm.compute_advantages(rollout)
         if not torch.isfinite(rollout.advantages).all():
             bad = int((~torch.isfinite(rollout.rewards)).sum())
-            raise NonFiniteLossError(f"non-finite advantages at step {self.step + 1} ({bad} non-finite reward(s)); "
-                                     f"training stopped and the weights were kept from step {self.step}")
+            raise NonFiniteLossError(
+                f"non-finite advantages at step {self.step + 1} ({bad} non-finite reward(s)); "
+                f"training stopped and the weights were kept from step {self.step}"
+            )
 
     def update(self, rollout: Rollout) -> UpdateStats:
         """Phase 3: `num_iterations` passes over the rollout, each in `num_minibatches` shuffled
@@ -195,26 +199,30 @@ class Trainer(TrainingLoop):
             for k in range(c.num_minibatches):
                 minibatch = rollout.select(order[k * size : (k + 1) * size])
                 info, grad_norm, policy = self.minibatch_step(minibatch, with_entropy=iteration == 0)
-                stats.add(info, minibatch, policy, grad_norm, first_pass=iteration == 0, keep=c.keep_distributions)
+                stats.add(info, minibatch, policy, grad_norm, first_pass=iteration == 0,
+                          keep=c.keep_distributions)
                 call_hooks(self.callbacks, "on_minibatch_end", self, minibatch, policy, info)
         call_hooks(self.callbacks, "on_update_end", self, rollout, stats)
         return stats
 
-    def minibatch_step(self, minibatch: Rollout, with_entropy: bool = False) -> tuple[LossInfo, float, PolicyOutput]:
+    def minibatch_step(self, minibatch: Rollout,
+                       with_entropy: bool = False) -> tuple[LossInfo, float, PolicyOutput]:
         """One optimiser step on one minibatch: loss -> backward -> clip the gradient norm -> AdamW step.
         Returns (the loss's report, the gradient norm before clipping, the forward's outputs)."""
         policy = self.policy_outputs(minibatch, with_entropy=with_entropy)
         loss, info = self.algorithm.loss(minibatch, policy)
         if policy.aux_loss is not None:  # MoE: the router's load-balancing (+ z) loss, already weighted
             loss = loss + policy.aux_loss
-        grad_norm = backward_and_step(loss, self.optimizer, self.trainable_parameters(), self.config.max_grad_norm,
-                                      self.step + 1, "RL")
+        grad_norm = backward_and_step(
+            loss, self.optimizer, self.trainable_parameters(), self.config.max_grad_norm, self.step + 1, "RL"
+        )
         return info, grad_norm, policy
 
     # ------------------------------------------------------------------------------------------
     # Forwards
 
-    def policy_outputs(self, minibatch: Rollout, with_entropy: bool = False, replay: bool = True) -> PolicyOutput:
+    def policy_outputs(self, minibatch: Rollout, with_entropy: bool = False,
+                       replay: bool = True) -> PolicyOutput:
         """Log pi(token) under the current weights (with gradient when enabled), and the value head's
         V(s_t) when the policy has one. replay: with config.routing_replay an MoE policy routes each
         token to the experts pi_old chose."""
@@ -250,7 +258,7 @@ class Trainer(TrainingLoop):
         loss, info = algorithm.loss(minibatch, policy)
         params = self.trainable_parameters()
         grads = torch.autograd.grad(loss, params, allow_unused=True)
-        flat = torch.cat([(g if g is not None else torch.zeros_like(p)).flatten() for g, p in zip(grads, params)])
+        flat = torch.cat([(torch.zeros_like(p) if g is None else g).flatten() for g, p in zip(grads, params)])
         return LossAndGradient(loss=loss.item(), info=info, gradient=flat)
 
     # ------------------------------------------------------------------------------------------
