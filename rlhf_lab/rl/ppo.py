@@ -145,8 +145,8 @@ class PPO(Algorithm):
         loss = policy_loss + c.vf_coef * value_loss
         explained = float(explained_variance(values.detach(), minibatch.returns, mask))
         report = LossInfo.of(policy_loss, ratio, clipped_low, clipped_high, minibatch.old_logprobs, minibatch,
-                             policy, value_loss=value_loss.item(), value_clip_fraction=float(value_clip_fraction),
-                             explained_variance=explained)
+                             policy, value_loss=value_loss.item(), explained_variance=explained,
+                             value_clip_fraction=float(value_clip_fraction))
         return loss, report
 
     @property

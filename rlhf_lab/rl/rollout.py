@@ -217,9 +217,9 @@ class RolloutSampler:
     def sample(self, examples: Sequence, num_generations: int | None = None,
                sampling: SamplingConfig | None = None) -> Rollout:
         """Completions for the given examples (default: G each, at the training temperature)."""
-        return sample_and_score(self.policy, self.tokenizer, examples, num_generations or self.num_generations,
-                                sampling or self.sampling, self.reward_fn, self.task, self.sample_generator,
-                                self.accuracy_fn)
+        return sample_and_score(self.policy, self.tokenizer, examples,
+                                num_generations or self.num_generations, sampling or self.sampling,
+                                self.reward_fn, self.task, self.sample_generator, self.accuracy_fn)
 
     def greedy_rewards(self, examples: Sequence) -> torch.Tensor:
         """(len(examples),) the reward of each example's greedy completion."""
