@@ -31,7 +31,7 @@ import torch
 from ..sampling import SamplingConfig, generate
 from ..tasks import get_task
 from ..tasks.jsonl import SPLIT_N_TRAIN, read_records
-from ..util.validation import check_choice, check_number
+from ..util.validation import Validated, check_choice, check_number, setting
 from .annotators import DEFAULT_ANNOTATORS, Annotator
 from .gold import gold_reward
 
@@ -44,19 +44,14 @@ LABEL_SOURCES = ("majority", "gold")  # or an annotator's name
 
 
 @dataclass(frozen=True)
-class CompletionSource:
+class CompletionSource(Validated):
     """A way of sampling completions: a shipped checkpoint, a temperature and a minimum length."""
 
     name: str
     checkpoint: str
-    temperature: float = 1.0
-    min_new_tokens: int = 0  # EOS forbidden before this many tokens: a "verbose" policy
-    weight: float = 1.0  # how often this source is drawn, relative to the others
-
-    def __post_init__(self) -> None:
-        check_number("temperature", self.temperature, low=0, low_open=True)
-        check_number("min_new_tokens", self.min_new_tokens, low=0, high=MAX_NEW_TOKENS, integer=True)
-        check_number("weight", self.weight, low=0, low_open=True)
+    temperature: float = setting(1.0, gt=0, help="sampling temperature")
+    min_new_tokens: int = setting(0, ge=0, le=MAX_NEW_TOKENS, help="EOS forbidden before it: verbose")
+    weight: float = setting(1.0, gt=0, help="how often this source is drawn, relative to the others")
 
     def sampling(self, seed: int) -> SamplingConfig:
         return SamplingConfig(do_sample=True, temperature=self.temperature, max_new_tokens=MAX_NEW_TOKENS,

@@ -360,6 +360,7 @@ def check_rollout_fits(trainer: Trainer) -> None:
     prompt_tokens = len(trainer.tokenizer.encode(longest.prompt, add_bos=True))
     completion = trainer.max_completion_length
     check_positions(model_config, prompt_tokens, completion, "max_completion_length")
+    trainer.algorithm.check_budget(completion)
     rows, length = c.prompts_per_step * c.num_generations, prompt_tokens + completion
     # generation, then the update's forward/backward: ~4 float32 copies of the (rows, T, vocab)
     # logits (log-softmax, its gradient) and ~16 of each layer's (rows, length, hidden) activations
