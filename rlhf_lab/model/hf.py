@@ -30,9 +30,10 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError as SafetensorsError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 
-from ..util.atomic import recover_folder, replace_folder
+from ..util.atomic import recover_folder, replace_folder, write_bytes
 from .config import MODEL_TYPES, ModelConfig
 from .transformer import LlamaModel
 
@@ -272,9 +273,11 @@ def save_pretrained(model: LlamaModel, folder: str | os.PathLike, tokenizer=None
     )
 
     def write(tmp: Path) -> None:
-        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        # Serialised in memory, then written with Python's file API: a full disk is an OSError naming it.
+        metadata = {"format": "pt"}
+        write_bytes(tmp / "model.safetensors", safetensors_bytes(state, metadata=metadata))
         if value_state is not None:
-            save_file(value_state, str(tmp / "value_head.safetensors"), metadata={"format": "pt"})
+            write_bytes(tmp / "value_head.safetensors", safetensors_bytes(value_state, metadata=metadata))
         # A checksum per weights file: a same-size overwrite of the bytes is caught at load time.
         hf_dict["rlhf_lab"]["sha256"] = {p.name: file_sha256(p) for p in sorted(tmp.glob("*.safetensors"))}
         (tmp / "config.json").write_text(json.dumps(hf_dict, indent=2, sort_keys=True) + "\n")

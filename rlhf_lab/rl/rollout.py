@@ -21,6 +21,7 @@ from numbers import Real
 import torch
 
 from ..sampling import SamplingConfig, generate
+from ..train.callbacks import NonFiniteLossError
 from ..util import fast_paths
 from ..util.device import autocast
 from .losses import selective_log_softmax_and_entropy
@@ -140,7 +141,8 @@ def score_completions(reward_fn, prompts: Sequence[str], completions: Sequence[s
 
     Every reward must be a real number: a None, a string or a tensor of the wrong size raises an
     error naming the reward function and the bad value (a NaN is a number: the trainer stops on it
-    and keeps the last good weights)."""
+    and keeps the last good weights). A number beyond float32's range (1e39, 10**400) would become
+    inf: it raises NonFiniteLossError saying so, which stops the trainer the same way."""
     if hasattr(reward_fn, "score_batch"):
         values = reward_fn.score_batch(list(prompts), list(completions), list(answers), list(finished))
         values = values.tolist() if isinstance(values, torch.Tensor) else list(values)
@@ -149,10 +151,21 @@ def score_completions(reward_fn, prompts: Sequence[str], completions: Sequence[s
                              f"{len(completions)} completions")
     else:
         values = [reward_fn(p, c, a, f) for p, c, a, f in zip(prompts, completions, answers, finished)]
+    largest = torch.finfo(torch.float32).max
     for i, value in enumerate(values):
         if isinstance(value, bool) or not isinstance(value, Real):
             raise TypeError(f"reward {reward_name(reward_fn)} must return a number, got {value!r} for "
                             f"completion {completions[i]!r} of prompt {prompts[i]!r}")
+        try:
+            beyond = abs(float(value)) > largest  # NaN and inf are not beyond: the trainer stops on them
+        except OverflowError:  # an int too large for any float
+            beyond = True
+        if beyond:
+            digits = int(abs(int(value)).bit_length() * 0.30103) + 1 if not isinstance(value, float) else 0
+            shown = f"{value:.3e}" if isinstance(value, float) else f"an integer of about {digits} digits"
+            raise NonFiniteLossError(f"reward {reward_name(reward_fn)} returned {shown} for completion "
+                                     f"{completions[i][:80]!r}: beyond float32's range (|r| <= "
+                                     f"{largest:.3e}), in which the trainer computes; scale the reward down")
     return torch.tensor([float(v) for v in values], dtype=torch.float32)
 
 

@@ -26,9 +26,11 @@ from ..checkpoints import model_and_tokenizer
 from ..model.lora import adapters_disabled, add_lora, merged_model
 from ..sampling import SamplingConfig
 from ..tasks import get_task
+from ..tasks.rewards import WeightedReward, check_reward_fn
 from ..train.callbacks import Callback, NonFiniteLossError, call_hooks
 from ..train.evaluate import completion_budget, greedy_accuracy
 from ..train.loop import TrainingLoop, backward_and_step
+from ..train.run_state import weights_sha256
 from ..train.schedule import learning_rate_at
 from ..util.device import autocast, pick_device
 from ..util.limits import check_memory, check_positions, check_tokenizer_fits, generation_bytes
@@ -95,6 +97,8 @@ class Trainer(TrainingLoop):
                                            fused=fused or None, foreach=None if fused else True)
         self.task = get_task(c.task, **c.task_params)
         accuracy_fn = exact_match_reward(self.task)
+        if reward_fn is not None:
+            check_reward_fn(reward_fn)
         if reward_fn is None:
             reward_fn = self.task.reward_fn(c.reward_weights)  # validates the weights' names
             if reward_fn.weights == accuracy_fn.weights:  # the reward is the exact match: score once
@@ -113,6 +117,7 @@ class Trainer(TrainingLoop):
         monitors = [RoutingMonitor()] if is_moe(self.policy) else []
         self.init_loop([*monitors, *callbacks])
         self.distributions: list[StepDistributions] = []
+        self._identity: dict[str, str] | None = None
 
     def make_reference(self):
         """pi_ref, frozen: a copy of the starting policy. With LoRA the policy gets its adapters here and
@@ -280,8 +285,9 @@ class Trainer(TrainingLoop):
         return autocast(self.device, self.config.bf16)
 
     def evaluate(self, examples=None) -> float:
-        """Held-out greedy exact-match accuracy."""
-        return greedy_accuracy(self.policy, self.tokenizer, self.task, examples or self.eval_examples,
+        """Greedy exact-match accuracy on `examples` (default: the held-out `eval_examples`)."""
+        examples = self.eval_examples if examples is None else examples
+        return greedy_accuracy(self.policy, self.tokenizer, self.task, examples,
                                max_new_tokens=self.max_completion_length)
 
     def memory_bytes(self) -> dict:
@@ -320,6 +326,20 @@ class Trainer(TrainingLoop):
 
     def latest_distributions(self) -> StepDistributions | None:
         return self.distributions[-1] if self.config.keep_distributions and self.distributions else None
+
+    def identity(self) -> dict[str, str]:
+        """sha256 of the reference (the starting weights; with LoRA, the policy's frozen base) and of
+        a learned reward model: a resume from other weights is refused (rlhf_lab.train.run_state)."""
+        if self._identity is None:  # neither changes during a run: hashed once
+            reference = self.ref_model if self.ref_model is not None else {
+                name: tensor for name, tensor in self.policy.state_dict().items() if "lora_" not in name}
+            self._identity = {"reference": weights_sha256([reference])}
+            reward = self.reward_fn
+            parts = reward.rewards.values() if isinstance(reward, WeightedReward) else [reward]
+            learned = [part for part in parts if isinstance(part, torch.nn.Module)]
+            if learned:
+                self._identity["reward_model"] = weights_sha256(learned)
+        return self._identity
 
     # What a step changes, for the loop's atomic steps and for save_state / resume (rlhf_lab.train)
 

@@ -201,6 +201,12 @@ class TrainingLoop:
         """Restore what `extra_state` returned."""
         self.load_step_state(state)
 
+    def identity(self) -> dict[str, str]:
+        """What the run is built on but does not save, by name -> a sha256 (`run_state.weights_sha256`),
+        e.g. {"reference": ...}: a resume refuses a trainer whose identity differs (the frozen
+        reference or reward model was changed on disk in between)."""
+        return {}
+
     def save_state(self, folder) -> Path:
         """Write this trainer's whole state to `folder` (atomically); `resume(folder)` continues from it."""
         from .run_state import save_state
