@@ -32,7 +32,7 @@ from .train.evaluate import greedy_accuracy
 from .train.loop import SupervisedLoop, backward_and_step
 from .train.run_state import Checkpointer, has_state, remaining
 from .util.device import autocast, check_device, pick_device
-from .util.limits import check_positions, check_tokenizer_fits
+from .util.limits import check_memory, check_positions, check_tokenizer_fits, training_bytes
 from .util.validation import Validated, setting
 
 # The lab model's size: the shipped checkpoints' (data/checkpoints/README.md says why this size).
@@ -173,6 +173,7 @@ class SFTTrainer(SupervisedLoop):
             raise ValueError("train_examples must hold at least one Example, got none")
         if not self.eval_examples:
             raise ValueError("eval_examples must hold at least one Example, got none")
+        self.task.check_tokenizer(tokenizer, "a model with its own BPE tokenizer (a Hugging Face folder)")
         if model is None:
             model = LlamaModel(lab_model_config(tokenizer))
         self.model = model.to(self.device).train()
@@ -180,6 +181,7 @@ class SFTTrainer(SupervisedLoop):
         # Every example encoded once, right-padded: (N, L) token ids and the completion mask.
         self.input_ids, self.loss_mask = encode_examples(tokenizer, self.train_examples, self.device)
         check_positions(self.model.config, 0, self.input_ids.shape[1], "the longest training example (tokens)")
+        self.check_batch_fits()
         self.start(callbacks)
 
     # ------------------------------------------------------------------------------------------
@@ -190,7 +192,15 @@ class SFTTrainer(SupervisedLoop):
         examples = self.eval_examples if examples is None else examples
         return greedy_accuracy(self.model, self.tokenizer, self.task, examples)
 
+    def check_batch_fits(self) -> None:
+        """Refuse a batch_size whose step cannot fit in memory, before anything is allocated (also
+        when config.batch_size was raised after construction)."""
+        rows, length = self.config.batch_size, self.input_ids.shape[1]
+        check_memory(training_bytes(self.model.config, rows, length), self.device,
+                     f"an SFT step of {rows} examples", "batch_size")
+
     def before_train(self) -> None:
+        self.check_batch_fits()
         self.model.train()
 
     def after_train(self) -> None:

@@ -46,9 +46,18 @@ from ..rl.rollout import Rollout, encode_rollout, policy_forward, sample_and_sco
 from ..sampling import SamplingConfig
 from ..tasks import get_task, task_names
 from ..tasks.jsonl import SPLIT_N_TRAIN
+from ..tasks.rewards import check_reward_fn
 from ..train.evaluate import completion_budget, greedy_accuracy
 from ..train.loop import SupervisedLoop, backward_and_step
+from ..train.run_state import weights_sha256
 from ..util.device import autocast, check_device, pick_device
+from ..util.limits import (
+    check_memory,
+    check_positions,
+    check_sequence_length,
+    generation_bytes,
+    training_bytes,
+)
 from ..util.validation import Validated, check_choice, check_number, setting
 from .overoptimization import sequence_kl
 
@@ -297,6 +306,9 @@ class DPOTrainer(SupervisedLoop):
         model, tokenizer = model_and_tokenizer(model, tokenizer, config.init_checkpoint)
         if config.online and judge is None:
             raise ValueError("judge is required when config.online is True: it labels the fresh pairs")
+        for name, reward in (("judge", judge), ("gold_fn", gold_fn)):
+            if reward is not None:
+                check_reward_fn(reward, name)
         if not config.online and not pairs:
             raise ValueError("pairs must hold at least one (prompt, chosen, rejected) pair when config.online "
                              "is False")
@@ -317,13 +329,51 @@ class DPOTrainer(SupervisedLoop):
         self.pair_rollout = self.pair_ref_logps = None
         if self.pairs:
             self.pair_rollout = encode_pairs(tokenizer, self.pairs, self.device)
-            self.pair_ref_logps = self.reference_logprobs(self.pair_rollout)  # (2B,)
+            check_sequence_length(self.model.config, self.pair_rollout.input_ids.shape[1],
+                                  "the longest training pair (prompt + completion)")
         self.eval_rollout = self.eval_ref_logps = None
         if self.eval_pairs:
             self.eval_rollout = encode_pairs(tokenizer, self.eval_pairs, self.device)
+            check_sequence_length(self.model.config, self.eval_rollout.input_ids.shape[1],
+                                  "the longest eval pair (prompt + completion)")
+        # online: the longest training prompt, then a generated completion
+        self.prompt_tokens = max(len(tokenizer.encode(e.prompt, add_bos=True)) for e in self.train_examples)
+        if config.online:
+            check_positions(self.model.config, self.prompt_tokens, self.max_completion_length,
+                            "max_completion_length")
+        self.check_batch_fits()
+        if self.pairs:
+            self.pair_ref_logps = self.reference_logprobs(self.pair_rollout)  # (2B,)
+        if self.eval_pairs:
             self.eval_ref_logps = self.reference_logprobs(self.eval_rollout)
         self.sample_generator = torch.Generator(self.device).manual_seed(config.seed)  # online samples
         self.start(callbacks)  # AdamW, the batch-order generator (pairs / online prompts), bookkeeping
+        self._identity = None
+
+    def check_batch_fits(self) -> None:
+        """Refuse a batch_size whose step (2 x batch_size sequences, and online their sampling) cannot
+        fit in memory, before anything is allocated (also when it was raised after construction)."""
+        c, model_config = self.config, self.model.config
+        rows = 2 * c.batch_size
+        if c.online:
+            length = self.prompt_tokens + self.max_completion_length
+            needed = generation_bytes(model_config, rows, self.prompt_tokens, self.max_completion_length)
+        else:
+            length, needed = self.pair_rollout.input_ids.shape[1], 0
+        check_memory(needed + training_bytes(model_config, rows, length), self.device,
+                     f"a DPO step of {c.batch_size} pairs", "batch_size")
+
+    def before_train(self) -> None:
+        self.check_batch_fits()
+
+    def identity(self) -> dict[str, str]:
+        """sha256 of the reference (the starting weights) and of a learned judge: a resume from other
+        weights is refused (rlhf_lab.train.run_state)."""
+        if self._identity is None:
+            self._identity = {"reference": weights_sha256([self.ref_model])}
+            if isinstance(self.judge, torch.nn.Module):
+                self._identity["judge"] = weights_sha256([self.judge])
+        return self._identity
 
     # ------------------------------------------------------------------------------------------
     # Public API
@@ -363,7 +413,8 @@ class DPOTrainer(SupervisedLoop):
 
     def evaluate(self, examples: Sequence | None = None) -> float:
         """Held-out greedy exact-match accuracy on `examples` (default `eval_examples`)."""
-        return greedy_accuracy(self.model, self.tokenizer, self.task, examples or self.eval_examples,
+        examples = self.eval_examples if examples is None else examples
+        return greedy_accuracy(self.model, self.tokenizer, self.task, examples,
                                max_new_tokens=self.max_completion_length)
 
     @torch.no_grad()

@@ -52,6 +52,7 @@ from ..model import LlamaModel
 from ..rl.rollout import encode_rollout
 from ..train.loop import SupervisedLoop, backward_and_step
 from ..util.device import autocast, check_device, pick_device
+from ..util.limits import check_memory, check_sequence_length, training_bytes
 from ..util.validation import Validated, check_choice, check_number, setting
 from .data import LABEL_SOURCES, PreferencePair, load_preferences, orient
 
@@ -143,6 +144,7 @@ class RewardModel(nn.Module):
         left-padded prompts with BOS, right-padded completions with EOS where finished (default:
         everywhere); the completion is the last T columns."""
         batch = encode_rollout(self.tokenizer, list(prompts), list(completions), finished, device=self.device)
+        check_sequence_length(self.model.config, batch.input_ids.shape[1], "the longest prompt + completion")
         last_index = batch.prompt_width + batch.completion_mask.sum(dim=1).long() - 1  # EOS, or the last prompt token
         return batch.input_ids, batch.attention_mask, last_index, batch.completion_mask
 
@@ -319,7 +321,18 @@ class RewardTrainer(SupervisedLoop):
         # fine-tuning: Kumar et al. 2022, arXiv 2202.10054)
         for name, parameter in self.model.model.named_parameters():
             parameter.requires_grad_(config.train_trunk or name.startswith("value_head."))
+        pairs = self.train_pairs  # every pair's length checked once: the longest sets a step's width
+        self.max_length = self.model.encode([p.prompt for p in pairs] * 2, [p.chosen for p in pairs]
+                                            + [p.rejected for p in pairs])[0].shape[1]
+        self.check_batch_fits()
         self.start(callbacks)
+
+    def check_batch_fits(self) -> None:
+        """Refuse a batch_size whose step cannot fit in memory, before anything is allocated (also
+        when it was raised after construction)."""
+        rows = 2 * min(self.config.batch_size, len(self.train_pairs))
+        check_memory(training_bytes(self.model.model.config, rows, self.max_length), self.device,
+                     f"a reward-model step of {rows // 2} pairs", "batch_size")
 
     def evaluate(self, pairs: Sequence[PreferencePair] | None = None) -> float:
         """Pairwise accuracy on `pairs` (default the evaluation pairs) against config.label."""
@@ -335,6 +348,7 @@ class RewardTrainer(SupervisedLoop):
                 "eval_gold_accuracy": pairwise_accuracy(self.model, self.eval_pairs, "gold")}
 
     def before_train(self) -> None:
+        self.check_batch_fits()
         self.model.train()
 
     def after_train(self) -> None:

@@ -48,7 +48,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
 }
 
 
-def make_config(algo: str, settings: dict | None = None, **overrides) -> RLConfig:
+def make_config(algo: str, settings: dict | None = None, /, **overrides) -> RLConfig:
     """The config class of `algo` with its defaults, updated with `settings` (a dict shared by several
     runs, e.g. a notebook's budget) and then `overrides`; validated.
 

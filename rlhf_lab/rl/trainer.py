@@ -33,7 +33,13 @@ from ..train.loop import TrainingLoop, backward_and_step
 from ..train.run_state import weights_sha256
 from ..train.schedule import learning_rate_at
 from ..util.device import autocast, pick_device
-from ..util.limits import check_memory, check_positions, check_tokenizer_fits, generation_bytes
+from ..util.limits import (
+    check_memory,
+    check_positions,
+    check_tokenizer_fits,
+    generation_bytes,
+    training_bytes,
+)
 from .algorithm import Algorithm, LossInfo
 from .config import RLConfig
 from .metrics import (
@@ -382,9 +388,8 @@ def check_rollout_fits(trainer: Trainer) -> None:
     check_positions(model_config, prompt_tokens, completion, "max_completion_length")
     trainer.algorithm.check_budget(completion)
     rows, length = c.prompts_per_step * c.num_generations, prompt_tokens + completion
-    # generation, then the update's forward/backward: ~4 float32 copies of the (rows, T, vocab)
-    # logits (log-softmax, its gradient) and ~16 of each layer's (rows, length, hidden) activations
-    needed = generation_bytes(model_config, rows, prompt_tokens, completion) + rows * length * 4 * (
-        4 * model_config.vocab_size + 16 * model_config.num_hidden_layers * model_config.hidden_size)
+    # generation, then the update's forward and backward
+    needed = generation_bytes(model_config, rows, prompt_tokens, completion)
+    needed += training_bytes(model_config, rows, length)
     check_memory(needed, trainer.device, f"a rollout of {rows} completions of up to {completion} tokens",
                  "prompts_per_step, num_generations or max_completion_length")
