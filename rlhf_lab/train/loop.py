@@ -118,8 +118,8 @@ class TrainingLoop:
         accuracies = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
         if len(accuracies) < 2 or accuracies[0] <= 0 or accuracies[-1] != 0:
             return None
-        return (f"held-out accuracy collapsed from {accuracies[0]:.1%} to 0 by step {self.step}: the model no "
-                f"longer solves any held-out problem. A learning rate too high is the usual cause "
+        return (f"held-out accuracy collapsed from {accuracies[0]:.1%} to 0 by step {self.step}: the model "
+                f"no longer solves any held-out problem. A learning rate too high is the usual cause "
                 f"(learning_rate={self.config.learning_rate}); lower it")
 
     def train_step(self) -> dict:
