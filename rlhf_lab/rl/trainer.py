@@ -102,6 +102,7 @@ class Trainer(TrainingLoop):
                                            weight_decay=c.weight_decay, betas=(0.9, 0.99),
                                            fused=fused or None, foreach=None if fused else True)
         self.task = get_task(c.task, **c.task_params)
+        self.task.check_tokenizer(self.tokenizer, "a model with its own BPE tokenizer (CLI: --model DIR)")
         accuracy_fn = exact_match_reward(self.task)
         if reward_fn is not None:
             check_reward_fn(reward_fn)

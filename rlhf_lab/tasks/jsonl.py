@@ -88,8 +88,9 @@ def write_datasets(
 
     Returns {file name: path}, manifest.json included. Deterministic: same arguments, same bytes.
     """
-    for name, value in (("seed", seed), ("n_train", n_train), ("n_test", n_test), ("n_ood", n_ood)):
-        check_number(name, value, low=0, integer=True)
+    check_number("seed", seed, low=0, integer=True)
+    for name, value in (("n_train", n_train), ("n_test", n_test), ("n_ood", n_ood)):
+        check_number(name, value, low=1, integer=True)  # an empty split is no dataset
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
