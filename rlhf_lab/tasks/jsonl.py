@@ -56,19 +56,26 @@ def read_records(path: str | Path, parse, what: str) -> list:
     ValueError naming the file, the line number and `what` it should have been."""
     records = []
     with Path(path).open(encoding="utf-8") as f:
-        for line_number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(parse(line))
-            except (json.JSONDecodeError, KeyError, TypeError) as error:
-                raise ValueError(f"{path}:{line_number}: not {what} ({error!r})") from error
+        try:
+            for line_number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    records.append(parse(line))
+                except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+                    raise ValueError(f"{path}:{line_number}: not {what} ({error})") from error
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{path}: not a UTF-8 text file of {what} records ({error})") from error
     return records
 
 
 def _example_from_json(line: str) -> Example:
     record = json.loads(line)
-    return Example(prompt=record["prompt"], answer=record["answer"], completion=record["completion"])
+    fields = {key: record[key] for key in ("prompt", "answer", "completion")}
+    for key, value in fields.items():
+        if not isinstance(value, str):
+            raise TypeError(f"{key} must be a string, got {value!r}")
+    return Example(**fields)
 
 
 def load_jsonl(path: str | Path) -> list[Example]:

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import ast
 import re
-from itertools import islice
 from decimal import Decimal
 from fractions import Fraction
+from itertools import islice
 from typing import ClassVar
 
 from rlhf_lab.tasks.base import Task
