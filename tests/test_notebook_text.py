@@ -13,7 +13,15 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from tools.prose_check import ALLOWED, check_notebook, main, prose_numbers
+from tools.prose_check import (
+    ALLOWED,
+    check_notebook,
+    main,
+    printed_run_time,
+    prose_numbers,
+    run_time_findings,
+    stated_full_mode_times,
+)
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
@@ -51,7 +59,8 @@ def test_the_first_cell_is_checked_against_the_whole_notebook():
     later = new_code_cell("print(290)", outputs=[nbformat.v4.new_output("stream", name="stdout", text="run time 290 s\n")])
     assert check_notebook(new_notebook(cells=[first, later]), "t.ipynb") == []
     wrong = new_markdown_cell("Run time: full mode 310 s.")
-    assert [f.number for f in check_notebook(new_notebook(cells=[wrong, later]), "t.ipynb")] == ["310 s"]
+    # reported twice: as the run time the last cell does not print, and as a number no output supports
+    assert [f.number for f in check_notebook(new_notebook(cells=[wrong, later]), "t.ipynb")] == ["310 s", "310 s"]
 
 
 def stated(text: str) -> list[str]:
@@ -190,7 +199,90 @@ def test_cli_reports_and_exits_1(tmp_path, capsys):
     assert f"{path}: 1 unsupported number(s)" in out and f"{clean}: 0 unsupported number(s)" in out
 
 
+# --- the full-mode run time: the first cell states it, the last cell prints it ------------------------
+
+
+def timed(intro: str, printed: str | None, *middle):
+    """A notebook: the introduction, `middle` cells, and a last code cell that prints `printed`."""
+    last = code('print(f"notebook run time: {elapsed:.0f} s")', stdout=printed)
+    return new_notebook(cells=[new_markdown_cell(intro), *middle, last])
+
+
+def run_time_numbers(nb) -> list[str]:
+    return [f.number for f in run_time_findings(nb, "t.ipynb")]
+
+
+def test_the_stated_full_mode_time_must_be_the_printed_one():
+    """The blind spot of the number check: 01_sampling said "32 s in full mode" while its last cell printed
+    20 s, and passed because a 32 was printed elsewhere."""
+    intro = "**Run time**: about 11 s in FAST mode and 32 s in full mode (the last cell prints it)."
+    elsewhere = code("pass", stdout="32 prompts; FAST mode took 11 s\n")
+    nb = timed(intro, "notebook run time: 20 s (FAST = False)\n", elsewhere)
+    assert [f.number for f in check_notebook(nb, "t.ipynb") if f.cell == 0] == ["32 s"]
+    (finding,) = run_time_findings(nb, "t.ipynb")
+    assert "prints 20 s" in finding.context and "[32 s] in full mode" in finding.context
+    assert run_time_numbers(timed(intro, "notebook run time: 32 s (FAST = False)\n", elsewhere)) == []
+
+
+@pytest.mark.parametrize("intro, printed", [
+    ("about 40 s in FAST mode; 276 s in full\nmode on the committed run, 209 s of training (0.23 s per step)",
+     "notebook run time: 276 s"),
+    ("on a 2-core CPU about 20 s in full mode and about 19 s in FAST mode", "notebook run time: 20.2 s (FAST = False)"),
+    ("FAST mode (`RLHF_LAB_FAST=1`) 15 s; full mode (nine SFT runs of 800 steps: three seeds) 331 s.",
+     "notebook run time: 331 s"),
+    ("full mode about\n6 minutes (339 s; two dozen short runs); FAST mode about 23 s", "notebook run time: 339 s"),
+    ("about 3 minutes in full mode (the committed run: 180 s of execution)", "notebook run time: 180 s"),
+    ("full mode 432 s (about 7 minutes) on the committed run (55 s of training for each of six runs)",
+     "notebook run time: 432 s"),
+    ("full mode 170 s, about 3 minutes, while other jobs ran", "notebook run time: 170 s (FAST = False)"),
+    ("full mode 1137 s (the last cell), FAST\nmode 43 s", "run time: 1137 s (full mode)"),
+    ("FAST mode (a smoke test)\n19 s and full mode 242 s", "notebook run time: 242 s"),
+    ("about 5 minutes in full mode on a laptop CPU; about 1 minute in FAST mode", "notebook run time: 281 s"),
+], ids=["00", "02", "04", "05", "07", "09", "12", "13", "15", "minutes"])
+def test_how_the_notebooks_state_their_run_time_is_read(intro, printed):
+    nb = timed("**Run time**: " + intro + ".", printed + "\n")
+    assert stated_full_mode_times(nb.cells[0].source), "no full-mode time found"
+    assert run_time_numbers(nb) == []
+    # the same statement against a time a third longer is reported, every full-mode time in it
+    seconds = float(printed_run_time(nb)[1].seconds)
+    wrong = timed(nb.cells[0].source, f"notebook run time: {seconds * 4 / 3:.0f} s\n")
+    assert run_time_numbers(wrong) == [t.text for t in stated_full_mode_times(nb.cells[0].source)]
+
+
+def test_fast_times_are_not_full_mode_times_and_a_missing_statement_is_reported():
+    intro = "**Run time**: about 11 s in FAST mode and 20 s in full mode."
+    assert [t.text for t in stated_full_mode_times(intro)] == ["20 s"]
+    # a committed FAST-mode run, or a last cell that prints no time, cannot support a full-mode statement
+    assert run_time_numbers(timed(intro, "notebook run time: 11 s (FAST = True)\n")) == ["20 s"]
+    assert run_time_numbers(timed(intro, "done\n")) == ["20 s"]
+    # the last cell prints a run time, the first cell states none in full mode
+    assert run_time_numbers(timed("**Run time**: a few minutes.", "notebook run time: 20 s\n")) == ["(none)"]
+    # nothing stated, nothing printed: nothing to check
+    assert run_time_numbers(timed("# A notebook", None)) == []
+
+
 # --- the committed notebooks ------------------------------------------------------------------------
+
+
+# First cells that state a full-mode run time their last cell does not print, until the notebook rewrite
+# of issue 38 fixes them. The test below fails when such a notebook is right again: then remove its entry.
+RUN_TIME_PENDING = {"01_sampling.ipynb": "32 s"}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_checker_reports_a_planted_wrong_run_time(path):
+    """Each committed notebook's run-time statement, made a third too long, is reported."""
+    nb = nbformat.read(path, as_version=4)
+    stated = stated_full_mode_times(nb.cells[0].source)
+    if not stated:
+        pytest.skip(f"{path.name} states no full-mode run time")
+    before = {(f.cell, f.number) for f in run_time_findings(nb, path.name)}
+    time = stated[0]
+    planted = f"{float(time.seconds) * 4 / 3:.0f} s"
+    copy = deepcopy(nb)
+    copy.cells[0].source = nb.cells[0].source[: time.start] + planted + nb.cells[0].source[time.end :]
+    after = {(f.cell, f.number) for f in run_time_findings(copy, path.name)}
+    assert (0, planted) in after and (0, planted) not in before
 
 
 def _planted(nb):
@@ -240,6 +332,11 @@ def test_prose_numbers_come_from_committed_outputs(path):
     rewriting the text from the output, or, for a number quoted from a paper, by cell metadata
     {"prose_check": {"allow": [...], "reason": "..."}}."""
     findings = check_notebook(nbformat.read(path, as_version=4), path.name)
+    pending = RUN_TIME_PENDING.get(path.name)
+    if pending is not None:
+        known = [f for f in findings if f.cell == 0 and f.number == pending and "last code cell" in f.context]
+        assert known, f"{path.name} states its full-mode run time right now: remove it from RUN_TIME_PENDING"
+        findings = [f for f in findings if f not in known]
     assert not findings, f"{len(findings)} number(s) in the prose of {path.name} that no output above supports:\n" + (
         "\n".join(f"  {f}" for f in findings))
 

@@ -601,7 +601,10 @@ def visible_texts(fig: Figure):
     for ax in fig.axes:
         texts += [ax.title, *ax.texts]
         if ax.axison:
-            texts += [ax.xaxis.label, ax.yaxis.label, *ax.get_xticklabels(), *ax.get_yticklabels()]
+            (x0, x1), (y0, y1) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
+            texts += [ax.xaxis.label, ax.yaxis.label]
+            texts += [t for t in ax.get_xticklabels() if x0 <= t.get_position()[0] <= x1]  # ticks in view only
+            texts += [t for t in ax.get_yticklabels() if y0 <= t.get_position()[1] <= y1]
     return [t for t in texts if t.get_visible() and t.get_text().strip()]
 
 
@@ -626,9 +629,9 @@ ON_POLICY_GRPO = SimpleNamespace(algo="grpo", eps_low=0.2, eps_high=0.2, on_poli
 def test_dashboard_type_is_at_least_9_points_and_titles_fit(view, figsize):
     """9 pt or more everywhere; every title inside the figure and clear of its neighbours' (a cut title,
     "update (hatc", was the time panel's at figsize=(13, 8), which notebooks 05 and 06 use)."""
-    history = on_policy_run(40)
+    history = on_policy_run(400, spike_at=330)  # and its label on the KL panel
     history.loc[1:, "truncation_rate"] = 0.1  # every panel drawn, none an idle note
-    fig = plot_dashboard(history, [fake_distributions(40, 4)], GRPO, view=view, figsize=figsize)
+    fig = plot_dashboard(history, [fake_distributions(400, 4)], GRPO, view=view, figsize=figsize)
     fig.canvas.draw()
     sizes = {t.get_text(): t.get_fontsize() for t in visible_texts(fig)}
     small = {text: size for text, size in sizes.items() if size < 9}
@@ -639,6 +642,10 @@ def test_dashboard_type_is_at_least_9_points_and_titles_fit(view, figsize):
     boxes = [title.get_window_extent(renderer) for title in titles]
     for title, box in zip(titles, boxes):
         assert page.x0 - 1 <= box.x0 and box.x1 <= page.x1 + 1, f"title cut at the figure's edge: {title.get_text()!r}"
+    for text in visible_texts(fig):  # the title, the line under the panels, notes and labels
+        box = text.get_window_extent(renderer)
+        assert page.x0 - 1 <= box.x0 and box.x1 <= page.x1 + 1 and page.y0 - 1 <= box.y0 and box.y1 <= page.y1 + 1, (
+            f"text runs off the figure: {text.get_text()!r}")
     for i, a in enumerate(boxes):
         for j, b in enumerate(boxes[i + 1:], i + 1):
             assert not a.overlaps(b), f"titles overlap: {titles[i].get_text()!r} and {titles[j].get_text()!r}"

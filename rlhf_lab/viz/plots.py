@@ -482,14 +482,14 @@ def make_dashboard_axes(fig: Figure, kind: str = "rl", view: str = "main") -> di
     rows, cols = len(panels), len(panels[0])
     with matplotlib.rc_context(DASHBOARD_RC):
         grid = fig.add_gridspec(rows, cols, left=0.05 if cols > 3 else 0.06, right=0.985,
-                                bottom=0.12 if rows < 3 else 0.07, top=0.87 if rows < 3 else 0.9,
+                                bottom=0.13 if rows < 3 else 0.07, top=0.87 if rows < 3 else 0.9,
                                 wspace=0.3 if cols > 3 else 0.28, hspace=0.6 if rows < 3 else 0.75)
         axes = {name: fig.add_subplot(grid[row, col]) for row, names in enumerate(panels)
                 for col, name in enumerate(names)}
-    curves = {"reward", "accuracy", "kl", "entropy", "clip", "length", "truncation", "time"}
+    whole = {"reward", "accuracy", "kl", "entropy", "clip", "length", "truncation", "time", "groups"}  # x: steps, groups
     for name, ax in axes.items():
         # Few ticks and no grid: tick labels and grid lines are most of what a redraw renders.
-        ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=kind != "rl" or name in curves))  # whole steps
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=kind != "rl" or name in whole))
         counts = name in ("advantages", "token_ratios", "sequence_ratios")
         ax.yaxis.set_major_locator(MaxNLocator(nbins=4, integer=counts))
         ax.xaxis.set_label_coords(0.5, -0.13 if rows < 3 else -0.17)  # fixed, like the titles
@@ -608,12 +608,14 @@ def dashboard_note(history: pd.DataFrame | None, distributions=None, config=None
         if "truncation" in idle:
             parts.append("no answer hit the length budget")
         elif truncation is not None:
-            parts.append(f"cut at the length budget at the last step: {truncation[np.isfinite(truncation)][-1]:.1%}")
+            finite = truncation[np.isfinite(truncation)]
+            parts.append(f"answers cut at the length budget at {int(np.sum(finite > 0))} of {finite.size} steps "
+                         f"(at most {finite.max():.1%})")
     hidden = [name for row in DASHBOARD_PANELS for name in row if name not in shown]
     if not hidden:
         return ""
     more = 'LiveDashboard(view="full") shows all 12 panels.'
-    return ("In this run: " + "; ".join(parts) + ".   " + more) if parts else more
+    return ("In this run: " + "; ".join(parts) + ".\n" + more) if parts else more
 
 
 def draw_dashboard(axes: Mapping[str, Axes], history: pd.DataFrame | None, distributions=None, config=None,
@@ -799,7 +801,7 @@ def _footnote(fig: Figure):
     for text in fig.texts:
         if text.get_gid() == "dashboard-note":
             return text
-    return fig.text(0.01, 0.012, "", ha="left", va="bottom", fontsize=MIN_FONT_SIZE + 1, color=NOTE_COLOR,
+    return fig.text(0.01, 0.01, "", ha="left", va="bottom", fontsize=MIN_FONT_SIZE, color=NOTE_COLOR,
                     gid="dashboard-note")
 
 
@@ -813,7 +815,9 @@ def draw_figure(fig: Figure, axes: Mapping[str, Axes], kind: str, history: pd.Da
         title = draw_dpo_dashboard(axes, history, config, x)
     else:
         title = draw_dashboard(axes, history, distributions, config, x, max_length, algo)
-        _footnote(fig).set_text(dashboard_note(history, distributions, config, shown=list(axes)))
+        chars = int(fig.get_figwidth() * 72 * 0.97 / (0.55 * MIN_FONT_SIZE))  # DejaVu Sans: ~0.55 em per character
+        lines = dashboard_note(history, distributions, config, shown=list(axes)).split("\n")
+        _footnote(fig).set_text("\n".join(textwrap.fill(line, chars) for line in lines))
     fig.suptitle(title, fontsize=TITLE_SIZE)
     return title
 
