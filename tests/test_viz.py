@@ -819,3 +819,18 @@ def test_run_colors_keeps_algorithm_colours_and_explicit_choices():
     assert mapped[0] == "#000000" and len(set(mapped)) == 3
     # a list is the caller's choice, cycled (the seeds of one setting may share a colour on purpose)
     assert run_colors(["a", "b", "c"], ["#111111", "#222222"]) == ["#111111", "#222222", "#111111"]
+
+
+def test_plot_history_titles_are_words_for_every_history_column():
+    from rlhf_lab.preferences.dpo import HISTORY_COLUMNS as DPO_COLUMNS
+    from rlhf_lab.preferences.reward_model import HISTORY_COLUMNS as REWARD_MODEL_COLUMNS
+    from rlhf_lab.sft import HISTORY_COLUMNS as SFT_COLUMNS
+    from rlhf_lab.viz import metric_title
+
+    columns = (set(METRIC_COLUMNS) | set(SFT_COLUMNS) | set(DPO_COLUMNS) | set(REWARD_MODEL_COLUMNS)) - {"step"}
+    raw = {name: metric_title(name) for name in columns if "_" in metric_title(name) or "/" in metric_title(name)}
+    assert not raw, f"titles that are column names: {raw}"
+    fig = plot_history(fake_history(4), metrics=["clip_frac", "kl_k3", "ratio_max"])
+    assert [ax.get_title() for ax in fig.axes] == ["Clipped tokens", "KL to the reference (k3)",
+                                                   "Largest token importance ratio"]
+    plt.close(fig)
