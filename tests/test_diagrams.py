@@ -22,22 +22,44 @@ from rlhf_lab.viz import (  # noqa: E402
 )
 from rlhf_lab.viz.style import figure_png  # noqa: E402
 
-DIAGRAMS = {"ppo": ppo_step_diagram, "grpo": grpo_step_diagram, "dpo": dpo_step_diagram,
-            "stages": rlhf_stages_diagram}
+DIAGRAMS = {
+    "ppo": ppo_step_diagram,
+    "grpo": grpo_step_diagram,
+    "dpo": dpo_step_diagram,
+    "stages": rlhf_stages_diagram,
+}
 
 # What each step picture must show: the models the step trains, those it keeps frozen, the gradient
 # arrows (loss -> model), and words a reader looks for.
 EXPECTED = {
-    "ppo": {"trained": {"policy", "critic"}, "frozen": {"reference", "reward model"},
-            "gradients": {"policy loss->policy", "value loss->critic"},
-            "words": ["Policy", "Reference", "Reward model", "Critic", "GAE", "advantages", "value loss",
-                      "policy loss", "reward per token"]},
-    "grpo": {"trained": {"policy"}, "frozen": {"reference", "reward"},
-             "gradients": {"loss->policy"},
-             "words": ["Policy", "Reference", "G answers", "group baseline", "no critic", "KL in the loss"]},
-    "dpo": {"trained": {"policy"}, "frozen": {"reference"},
-            "gradients": {"loss->policy"},
-            "words": ["preference pairs", "Policy", "Reference", "implicit rewards", "margin", "no sampling"]},
+    "ppo": {
+        "trained": {"policy", "critic"},
+        "frozen": {"reference", "reward model"},
+        "gradients": {"policy loss->policy", "value loss->critic"},
+        "words": [
+            "Policy",
+            "Reference",
+            "Reward model",
+            "Critic",
+            "GAE",
+            "advantages",
+            "value loss",
+            "policy loss",
+            "reward per token",
+        ],
+    },
+    "grpo": {
+        "trained": {"policy"},
+        "frozen": {"reference", "reward"},
+        "gradients": {"loss->policy"},
+        "words": ["Policy", "Reference", "G answers", "group baseline", "no critic", "KL in the loss"],
+    },
+    "dpo": {
+        "trained": {"policy"},
+        "frozen": {"reference"},
+        "gradients": {"loss->policy"},
+        "words": ["preference pairs", "Policy", "Reference", "implicit rewards", "margin", "no sampling"],
+    },
 }
 
 
@@ -46,8 +68,12 @@ def texts(fig):
 
 
 def by_gid(fig, prefix: str) -> dict:
-    return {artist.get_gid().split(":", 1)[1]: artist for ax in fig.axes for artist in [*ax.texts, *ax.patches]
-            if (artist.get_gid() or "").startswith(prefix)}
+    return {
+        artist.get_gid().split(":", 1)[1]: artist
+        for ax in fig.axes
+        for artist in [*ax.texts, *ax.patches]
+        if (artist.get_gid() or "").startswith(prefix)
+    }
 
 
 @pytest.mark.parametrize("algo", ["ppo", "grpo", "dpo"])
@@ -58,7 +84,9 @@ def test_step_diagram_shows_models_frozen_parts_and_gradient_paths(algo):
     tags = by_gid(fig, "tag:")
     assert {name for name, tag in tags.items() if tag.get_text().strip() == "trained"} == expected["trained"]
     assert {name for name, tag in tags.items() if tag.get_text().strip() == "frozen"} == expected["frozen"]
-    gradients = {name: arrow for name, arrow in by_gid(fig, "gradient:").items() if not name.startswith("legend")}
+    gradients = {
+        name: arrow for name, arrow in by_gid(fig, "gradient:").items() if not name.startswith("legend")
+    }
     assert set(gradients) == expected["gradients"]
     for name, arrow in gradients.items():
         assert isinstance(arrow, FancyArrowPatch)
@@ -75,7 +103,9 @@ def test_step_diagram_shows_models_frozen_parts_and_gradient_paths(algo):
 
 def test_step_diagram_by_name_and_the_named_functions_agree():
     for algo in ("ppo", "grpo", "dpo"):
-        assert [t.get_text() for t in texts(step_diagram(algo))] == [t.get_text() for t in texts(DIAGRAMS[algo]())]
+        assert [t.get_text() for t in texts(step_diagram(algo))] == [
+            t.get_text() for t in texts(DIAGRAMS[algo]())
+        ]
     with pytest.raises(ValueError, match="algo must be one of"):
         step_diagram("dqn")
 
@@ -83,8 +113,20 @@ def test_step_diagram_by_name_and_the_named_functions_agree():
 def test_rlhf_stages_diagram_has_the_three_stages_and_dpo():
     fig = rlhf_stages_diagram()
     words = " ".join(t.get_text().replace("\n", " ") for t in texts(fig))
-    for word in ("Pretrained", "SFT model", "1. SFT", "demonstrations", "preference pairs", "2. reward model",
-                 "Reward model", "3. RL", "KL to the SFT model", "DPO", "no reward model", "Tuned policy"):
+    for word in (
+        "Pretrained",
+        "SFT model",
+        "1. SFT",
+        "demonstrations",
+        "preference pairs",
+        "2. reward model",
+        "Reward model",
+        "3. RL",
+        "KL to the SFT model",
+        "DPO",
+        "no reward model",
+        "Tuned policy",
+    ):
         assert word in words, f"the stages picture does not say {word!r}"
     gradients = by_gid(fig, "gradient:")
     assert set(gradients) == {"stage 1", "stage 2", "stage 3", "dpo"}
@@ -103,9 +145,11 @@ def test_diagram_type_is_readable_and_inside(name):
         assert text.get_fontsize() >= 9, f"{text.get_text()!r} is {text.get_fontsize()} pt"
         box = text.get_window_extent(renderer)
         assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, (
-            f"{text.get_text()!r} runs off the figure")
+            f"{text.get_text()!r} runs off the figure"
+        )
     boxes = by_gid(fig, "box:")
     for label_name, label in by_gid(fig, "text:").items():
         inner, outer = label.get_window_extent(renderer), boxes[label_name].get_window_extent(renderer)
-        assert outer.x0 <= inner.x0 and inner.x1 <= outer.x1 and outer.y0 <= inner.y0 and inner.y1 <= outer.y1, (
-            f"the text of box {label_name!r} does not fit in it")
+        assert (
+            outer.x0 <= inner.x0 and inner.x1 <= outer.x1 and outer.y0 <= inner.y0 and inner.y1 <= outer.y1
+        ), f"the text of box {label_name!r} does not fit in it"

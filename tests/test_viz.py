@@ -204,7 +204,8 @@ def test_dashboard_copes_with_nan_columns_and_no_distributions(tmp_path, monkeyp
     assert "waiting for the first step" in dash.figure.get_suptitle()
     figure_png(dash.figure)
     dash.on_train_begin(SimpleNamespace(history=fake_history(0), config=None))  # only eval_accuracy
-    assert dash.figure.get_suptitle() == "RUN: step 0   |   0.0 s of training   |   held-out accuracy 10.0% at step 0"
+    assert dash.figure.get_suptitle() == (
+        "RUN: step 0   |   0.0 s of training   |   held-out accuracy 10.0% at step 0")
     # rows whose KL and clip columns are all NaN, and no distributions at all
     nan_columns = ("kl_k1", "kl_k3", "clip_frac_low", "clip_frac_high")
     trainer = FakeTrainer(PPO, fake_history(3, nan_columns=nan_columns))
@@ -303,7 +304,8 @@ def test_sft_run_draws_the_sft_dashboard_in_png_mode(tmp_path, tiny_model):
     history = trainer.train()
     assert dash.last_error is None and dash.kind == "sft"
     # begin, every 2 steps while training (2, 4, 6), end
-    assert len(dash.draw_times) == 5, f"expected 5 draws, got {len(dash.draw_times)}: is on_step_end redrawing?"
+    assert len(dash.draw_times) == 5, (
+        f"expected 5 draws, got {len(dash.draw_times)}: is on_step_end redrawing?")
     assert sorted(p.name for p in tmp_path.glob("step_*.png")) == [
         "step_000000.png", "step_000002.png", "step_000004.png", "step_000006.png"]
     assert (tmp_path / "dashboard.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -338,7 +340,8 @@ def test_sft_dashboard_draws_a_last_frame_when_interrupted(tmp_path, monkeypatch
 
 
 def test_dashboard_kind_and_switching_panels(tmp_path, monkeypatch):
-    sft_history = pd.DataFrame({"step": [0, 1, 2], "loss": [math.nan, 3.0, 2.5], "eval_accuracy": [0.0, math.nan, 0.1]})
+    sft_history = pd.DataFrame({"step": [0, 1, 2], "loss": [math.nan, 3.0, 2.5],
+                                "eval_accuracy": [0.0, math.nan, 0.1]})
     assert dashboard_kind(SimpleNamespace(dashboard_kind="sft")) == "sft"
     assert dashboard_kind(history=sft_history) == "sft"
     assert dashboard_kind(history=fake_history(2)) == "rl"
@@ -349,7 +352,8 @@ def test_dashboard_kind_and_switching_panels(tmp_path, monkeypatch):
     dash = LiveDashboard(refresh_every=100, png_dir=tmp_path, raise_errors=True)
     monkeypatch.setattr(dash, "_publish", lambda step: None)
     dash.draw(SimpleNamespace(history=sft_history, config=None))
-    assert dash.kind == "sft" and len(dash.figure.axes) == 6 and dash.figure.get_suptitle().startswith("SFT: step 2")
+    assert dash.kind == "sft" and len(dash.figure.axes) == 6
+    assert dash.figure.get_suptitle().startswith("SFT: step 2")
     FakeTrainer(GRPO, fake_history(2)).run(dash, lambda step: None)
     assert dash.kind == "rl" and len(dash.figure.axes) == 6 and set(dash.axes) >= {"kl", "groups"}
     fig = plot_dashboard(sft_history)
@@ -410,11 +414,12 @@ def test_plot_history_title_colours_and_sft_defaults():
     plt.close(fig)
     with pytest.raises(ValueError, match="colors"):
         plot_history(runs, metrics=["reward_mean"], colors="no-such-colormap")
-    sft_history = pd.DataFrame({"step": [0, 1, 2], "loss": [math.nan, 3.0, 2.5], "eval_accuracy": [0.0, math.nan, 0.1],
+    sft_history = pd.DataFrame({"step": [0, 1, 2], "loss": [math.nan, 3.0, 2.5],
+                                "eval_accuracy": [0.0, math.nan, 0.1],
                                 "lr": [math.nan, 1e-3, 2e-3], "grad_norm": [math.nan, 1.0, 0.5]})
     fig = plot_history({"sft": sft_history})
-    assert [ax.get_title() for ax in fig.axes] == ["Training loss", "Held-out accuracy (greedy)", "Learning rate",
-                                                   "Gradient norm"]
+    assert [ax.get_title() for ax in fig.axes] == ["Training loss", "Held-out accuracy (greedy)",
+                                                   "Learning rate", "Gradient norm"]
     plt.close(fig)
 
 
@@ -603,7 +608,8 @@ def visible_texts(fig: Figure):
         if ax.axison:
             (x0, x1), (y0, y1) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
             texts += [ax.xaxis.label, ax.yaxis.label]
-            texts += [t for t in ax.get_xticklabels() if x0 <= t.get_position()[0] <= x1]  # ticks in view only
+            # only the ticks in view: matplotlib keeps labels for ticks outside it, undrawn
+            texts += [t for t in ax.get_xticklabels() if x0 <= t.get_position()[0] <= x1]
             texts += [t for t in ax.get_yticklabels() if y0 <= t.get_position()[1] <= y1]
     return [t for t in texts if t.get_visible() and t.get_text().strip()]
 
@@ -641,11 +647,13 @@ def test_dashboard_type_is_at_least_9_points_and_titles_fit(view, figsize):
     titles = [ax.title for ax in fig.axes]
     boxes = [title.get_window_extent(renderer) for title in titles]
     for title, box in zip(titles, boxes):
-        assert page.x0 - 1 <= box.x0 and box.x1 <= page.x1 + 1, f"title cut at the figure's edge: {title.get_text()!r}"
+        assert page.x0 - 1 <= box.x0 and box.x1 <= page.x1 + 1, (
+            f"title cut at the figure's edge: {title.get_text()!r}")
     for text in visible_texts(fig):  # the title, the line under the panels, notes and labels
         box = text.get_window_extent(renderer)
-        assert page.x0 - 1 <= box.x0 and box.x1 <= page.x1 + 1 and page.y0 - 1 <= box.y0 and box.y1 <= page.y1 + 1, (
-            f"text runs off the figure: {text.get_text()!r}")
+        inside = (page.x0 - 1 <= box.x0 and box.x1 <= page.x1 + 1
+                  and page.y0 - 1 <= box.y0 and box.y1 <= page.y1 + 1)
+        assert inside, f"text runs off the figure: {text.get_text()!r}"
     for i, a in enumerate(boxes):
         for j, b in enumerate(boxes[i + 1:], i + 1):
             assert not a.overlaps(b), f"titles overlap: {titles[i].get_text()!r} and {titles[j].get_text()!r}"
@@ -656,8 +664,8 @@ def test_main_view_is_six_panels_in_words_and_full_view_twelve():
     from rlhf_lab.viz import DASHBOARD_PANELS, MAIN_PANELS, dashboard_panels
 
     assert dashboard_panels("rl") == MAIN_PANELS and dashboard_panels("rl", "full") == DASHBOARD_PANELS
-    assert [name for row in MAIN_PANELS for name in row] == ["reward", "accuracy", "kl", "entropy", "advantages",
-                                                             "groups"]
+    assert [name for row in MAIN_PANELS for name in row] == ["reward", "accuracy", "kl", "entropy",
+                                                             "advantages", "groups"]
     assert dashboard_panels("sft", "full") == SFT_DASHBOARD_PANELS  # SFT and DPO have six in both views
     fig = plot_dashboard(on_policy_run(), [fake_distributions(60, 4, on_policy=True)], ON_POLICY_GRPO)
     assert len(fig.axes) == 6
@@ -679,7 +687,7 @@ def test_idle_panels_become_one_line_notes():
     full = plot_dashboard(history, [dist], ON_POLICY_GRPO, view="full")
     for ax, name in zip(full.axes, [name for row in DASHBOARD_PANELS_FULL for name in row]):
         if name in idle:
-            assert not ax.axison and not ax.lines and not ax.patches, f"{name}: drawn although it says nothing"
+            assert not ax.axison and not ax.lines and not ax.patches, f"{name}: drawn, although it is idle"
             (note_text,) = ax.texts
             assert note_text.get_text().replace("\n", " ") == idle[name]
         else:
@@ -802,7 +810,8 @@ def test_runs_on_one_plot_never_share_a_colour(labels):
     fig = plot_history({label: fake_history(3) for label in labels}, metrics=["reward_mean"])
     colours = [to_hex(line.get_color()) for line in fig.axes[0].lines]
     assert len(colours) == len(labels)
-    shared = {c: [lab for lab, c2 in zip(labels, colours) if c2 == c] for c in colours if colours.count(c) > 1}
+    shared = {c: [label for label, c2 in zip(labels, colours) if c2 == c]
+              for c in colours if colours.count(c) > 1}
     assert not shared, f"runs share a colour: {shared}"
     plt.close(fig)
 
@@ -827,8 +836,9 @@ def test_plot_history_titles_are_words_for_every_history_column():
     from rlhf_lab.sft import HISTORY_COLUMNS as SFT_COLUMNS
     from rlhf_lab.viz import metric_title
 
-    columns = (set(METRIC_COLUMNS) | set(SFT_COLUMNS) | set(DPO_COLUMNS) | set(REWARD_MODEL_COLUMNS)) - {"step"}
-    raw = {name: metric_title(name) for name in columns if "_" in metric_title(name) or "/" in metric_title(name)}
+    columns = set(METRIC_COLUMNS) | set(SFT_COLUMNS) | set(DPO_COLUMNS) | set(REWARD_MODEL_COLUMNS)
+    titles = {name: metric_title(name) for name in columns - {"step"}}
+    raw = {name: title for name, title in titles.items() if "_" in title or "/" in title}
     assert not raw, f"titles that are column names: {raw}"
     fig = plot_history(fake_history(4), metrics=["clip_frac", "kl_k3", "ratio_max"])
     assert [ax.get_title() for ax in fig.axes] == ["Clipped tokens", "KL to the reference (k3)",

@@ -182,7 +182,8 @@ _MASKS = [
     re.compile(r"^\s{0,3}#{1,6}\s*(?:Q\d+\s*[—–:-]?\s*)?\d+(?:\.\d+)*\.?", re.M),  # heading numbers
     re.compile(r"^[ \t]*(?:[-*+>][ \t]+)*\d{1,3}[.)](?=\s)", re.M),  # ordered-list markers
     re.compile(
-        r"(?<![A-Za-z])(?:(?i:" + _SECTION_WORDS + r")|Q)\s*\d+(?:\.\d+)*(?:\s*(?:,|and|or|-|–|to)\s*\d+(?:\.\d+)*)*"
+        r"(?<![A-Za-z])(?:(?i:" + _SECTION_WORDS + r")|Q)\s*\d+(?:\.\d+)*"
+        r"(?:\s*(?:,|and|or|-|–|to)\s*\d+(?:\.\d+)*)*"
     ),
 ]
 
@@ -253,7 +254,8 @@ def prose_numbers(markdown: str) -> list[ProseNumber]:
         before = masked[m.start() - 1] if m.start() else " "
         before2 = masked[m.start() - 2] if m.start() > 1 else " "
         joined_to_prev = prev_end == m.start() - 1 and before in "-_./"
-        is_name = (before in "-_/" and (before2.isalpha() or before2 == "_")) or (joined_to_prev and prev_name)
+        is_name = ((before in "-_/" and (before2.isalpha() or before2 == "_"))
+                   or (joined_to_prev and prev_name))
         kind, end, scale, unit = None, m.end(), None, ""
         s = _SUFFIX_RE.match(masked, m.end())
         if s:
@@ -286,11 +288,13 @@ def prose_numbers(markdown: str) -> list[ProseNumber]:
         is_int = "." not in m.group("num") and not m.group("exp")
         if is_int and kind is None:
             continue
-        value, quantum = _decimal(m.group("num"), m.group("exp"), rounded_integer=kind in ("unit", "multiplier"))
+        value, quantum = _decimal(m.group("num"), m.group("exp"),
+                                  rounded_integer=kind in ("unit", "multiplier"))
         if scale is not None:
             value, quantum = value * scale, quantum * scale
         numbers.append(
-            ProseNumber(markdown[m.start() : end], value, quantum, kind or "plain", m.start(), end, _unit_name(unit))
+            ProseNumber(markdown[m.start() : end], value, quantum, kind or "plain", m.start(), end,
+                        _unit_name(unit))
         )
     return numbers
 
@@ -467,7 +471,7 @@ _PRINTED_RUN_TIME = re.compile(r"run time:?\s*" + _TIME + r"(?P<rest>[^\n]*)", r
 
 @dataclass(frozen=True)
 class RunTime:
-    """A run time written in a text: as written, in seconds, and the half-width of its last digit (seconds)."""
+    """A run time written in a text: as written, in seconds, and half its last written digit (seconds)."""
 
     text: str
     seconds: Decimal
@@ -529,15 +533,18 @@ def run_time_findings(nb, name: str = "notebook") -> list[Finding]:
     if printed is None or fast:
         what = "prints no run time" if printed is None else f"prints a FAST-mode run time ({printed.text})"
         for time in stated:
-            findings.append(Finding(name, 0, time.text, f"full mode, but the last code cell (cell {last}) {what}"))
+            findings.append(Finding(name, 0, time.text,
+                                    f"full mode, but the last code cell (cell {last}) {what}"))
         return findings
     if not stated:
-        return [Finding(name, 0, "(none)", f"the last code cell (cell {last}) prints a run time of {printed.text}, "
-                                          "and the first cell states no full-mode run time (\"N s in full mode\")")]
+        return [Finding(name, 0, "(none)",
+                        f"the last code cell (cell {last}) prints a run time of {printed.text}, and the "
+                        "first cell states no full-mode run time (\"N s in full mode\")")]
     for time in stated:
         if abs(time.seconds - printed.seconds) > time.tolerance:
-            findings.append(Finding(name, 0, time.text, f"{_context(source, time.start, time.end)}  -- the last code "
-                                                        f"cell (cell {last}) prints {printed.text}"))
+            context = _context(source, time.start, time.end)
+            findings.append(Finding(name, 0, time.text,
+                                    f"{context}  -- the last code cell (cell {last}) prints {printed.text}"))
     return findings
 
 
@@ -550,7 +557,8 @@ def check_path(path: str | Path) -> list[Finding]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("notebooks", nargs="+")
     parser.add_argument("--summary", action="store_true", help="print only the count per notebook")
     args = parser.parse_args(argv)

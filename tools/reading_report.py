@@ -20,17 +20,19 @@ Words
     a minute against 200 English words); the drill's bilingual titles are read, so they count.
 
 Interview boxes
-    A box is a blockquote (consecutive ``>`` lines) whose first line starts with a bold label beginning
-    "What to say" (``> **What to say in an interview.** ...``). Its length is the words after that label.
+    A box is a blockquote (consecutive ``>`` lines, and unquoted lines that continue its paragraph) whose
+    first line starts with a bold label beginning "What to say" (``> **What to say in an interview.**``).
+    Its length is the words after that label.
     In a box that holds both English and Chinese only the English counts (the Chinese translates it);
     a box in Chinese alone counts its characters / 2.
 
 Sentences
     The mean sentence length is taken over the core path's paragraphs, list items and boxes; headings,
-    table rows and lines in bold alone are not sentences, and a bold run-in label that ends a paragraph's first words with "." or
-    ":" (``**Model answer.**``, ``**Prerequisites**:``) is not one either (its words still count). A
-    sentence ends at ``.``, ``!``, ``?`` (or ``。！？``) followed by a space, at the end of a paragraph and
-    at the end of a list item; "e.g.", "i.e.", "et al.", "vs.", "Dr." and the like do not end one.
+    table rows and lines in bold alone are not sentences, and a bold run-in label that ends a paragraph's
+    first words with "." or ":" (``**Model answer.**``, ``**Prerequisites**:``) is not one either (its
+    words still count). A sentence ends at ``.``, ``!``, ``?`` (or ``。！？``) followed by a space, at the end
+    of a paragraph and at the end of a list item; "e.g.", "i.e.", "et al.", "vs.", "Dr." and the like do not
+    end one.
 
 Reading time
     Core words / 200 words per minute.
@@ -82,12 +84,14 @@ _REMOVE = [
     re.compile(r"<[^>\n]+>"),  # HTML tags (their text stays)
     re.compile(r"(?:https?://|www\.)\S+"),  # bare URLs
 ]
-_ABBREVIATIONS = re.compile(r"\b(?:e\.g|i\.e|et al|vs|cf|approx|resp|Dr|Mr|Ms|No|Eq|Eqs|Fig|Figs|Sec|Ch|etc)\.", re.I)
+_ABBREVIATIONS = re.compile(
+    r"\b(?:e\.g|i\.e|et al|vs|cf|approx|resp|Dr|Mr|Ms|No|Eq|Eqs|Fig|Figs|Sec|Ch|etc)\.", re.I
+)
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]*_]*\s+|(?<=[。！？])")
 
 
 def prose(markdown: str) -> str:
-    """The markdown with code, LaTeX, HTML, images, link targets and URLs removed (see the module docstring)."""
+    """The markdown without code, LaTeX, HTML, images, link targets and URLs (see the module docstring)."""
     for pattern in _REMOVE:
         markdown = pattern.sub(" ", markdown)
     return re.sub(r"[\[\]]", " ", markdown)  # a link's brackets (its text stays)
@@ -120,7 +124,7 @@ def sentences(text: str) -> list[str]:
         if not stripped:
             close()
         elif _HEADING.match(stripped) or stripped.startswith("|") or _BOLD_LINE.match(stripped):
-            close()  # headings, table rows and lines in bold alone ("**What you will learn**") are no sentences
+            close()  # headings, table rows, lines in bold alone ("**What you will learn**"): no sentences
         elif re.match(r"^(?:[-*+]|\d{1,3}[.)])\s+", stripped):
             close()
             current.append(re.sub(r"^(?:[-*+]|\d{1,3}[.)])\s+", "", stripped))
@@ -260,11 +264,15 @@ def problems(reports: list[NotebookReport]) -> list[str]:
         if not r.exempt and r.core_words > CORE_LIMIT:
             found.append(f"{r.name}: core path {r.core_words:,.0f} words > {CORE_LIMIT:,}")
         if r.mean_sentence > SENTENCE_LIMIT:
-            found.append(f"{r.name}: mean sentence of the core path {r.mean_sentence:.1f} words > {SENTENCE_LIMIT:g}")
+            found.append(
+                f"{r.name}: mean sentence of the core path {r.mean_sentence:.1f} words > {SENTENCE_LIMIT:g}"
+            )
         for box in r.boxes:
             if box.words > BOX_LIMIT:
-                found.append(f"{r.name}: cell {box.cell}: interview box of {box.words:.0f} words > {BOX_LIMIT}: "
-                             f"{box.text[:70]}...")
+                found.append(
+                    f"{r.name}: cell {box.cell}: interview box of {box.words:.0f} words > {BOX_LIMIT}: "
+                    f"{box.text[:70]}..."
+                )
     total = sum(r.core_words for r in reports)
     if total > SUITE_LIMIT:
         found.append(f"suite: core paths {total:,.0f} words > {SUITE_LIMIT:,}")
@@ -273,36 +281,52 @@ def problems(reports: list[NotebookReport]) -> list[str]:
 
 def format_report(reports: list[NotebookReport]) -> str:
     width = max([len(r.name) for r in reports] + [8])
-    head = (f"{'notebook':<{width}}  {'core':>6}  {'deeper':>6}  {'sentence':>8}  {'>40':>4}  {'read':>7}  "
-            f"{'boxes':>5}  {'box words (median, max, >60)':<28}")
+    head = (
+        f"{'notebook':<{width}}  {'core':>6}  {'deeper':>6}  {'sentence':>8}  {'>40':>4}  {'read':>7}  "
+        f"{'boxes':>5}  {'box words (median, max, >60)':<28}"
+    )
     lines = [head, "-" * len(head)]
     for r in reports:
         words = [b.words for b in r.boxes]
-        boxes = (f"{statistics.median(words):.0f}, {max(words):.0f}, {sum(w > BOX_LIMIT for w in words)}"
-                 if words else "-")
-        lines.append(f"{r.name:<{width}}  {r.core_words:>6,.0f}  {r.deeper_words:>6,.0f}  {r.mean_sentence:>8.1f}  "
-                     f"{r.long_sentences:>4}  {r.reading_minutes:>5.1f} m  {len(r.boxes):>5}  {boxes}")
+        boxes = (
+            f"{statistics.median(words):.0f}, {max(words):.0f}, {sum(w > BOX_LIMIT for w in words)}"
+            if words
+            else "-"
+        )
+        lines.append(
+            f"{r.name:<{width}}  {r.core_words:>6,.0f}  {r.deeper_words:>6,.0f}  {r.mean_sentence:>8.1f}  "
+            f"{r.long_sentences:>4}  {r.reading_minutes:>5.1f} m  {len(r.boxes):>5}  {boxes}"
+        )
     total = sum(r.core_words for r in reports)
     deeper = sum(r.deeper_words for r in reports)
     exempt = sum(r.core_words for r in reports if r.exempt)
     lines.append("-" * len(head))
-    lines.append(f"{'suite':<{width}}  {total:>6,.0f}  {deeper:>6,.0f}  {'':>8}  "
-                 f"{sum(r.long_sentences for r in reports):>4}  {total / WORDS_PER_MINUTE:>5.0f} m  "
-                 f"{sum(len(r.boxes) for r in reports):>5}")
-    lines.append(f"suite core words: {total:,.0f} (limit {SUITE_LIMIT:,}; without the drill: {total - exempt:,.0f}); "
-                 f"reading time of the core paths at {WORDS_PER_MINUTE} words a minute: {total / WORDS_PER_MINUTE / 60:.1f} h")
+    lines.append(
+        f"{'suite':<{width}}  {total:>6,.0f}  {deeper:>6,.0f}  {'':>8}  "
+        f"{sum(r.long_sentences for r in reports):>4}  {total / WORDS_PER_MINUTE:>5.0f} m  "
+        f"{sum(len(r.boxes) for r in reports):>5}"
+    )
+    lines.append(
+        f"suite core words: {total:,.0f} (limit {SUITE_LIMIT:,}; without the drill: {total - exempt:,.0f}); "
+        f"reading time of the core paths at {WORDS_PER_MINUTE} words a minute: "
+        f"{total / WORDS_PER_MINUTE / 60:.1f} h"
+    )
     lines.append("")
     lines.append("interview boxes, words per box (cell:words; * over the limit, d in a deeper section):")
     for r in reports:
         if r.boxes:
-            listed = " ".join(f"{b.cell}:{b.words:.0f}{'*' if b.words > BOX_LIMIT else ''}{'d' if b.deeper else ''}"
-                              for b in r.boxes)
+            listed = " ".join(
+                f"{b.cell}:{b.words:.0f}{'*' if b.words > BOX_LIMIT else ''}{'d' if b.deeper else ''}"
+                for b in r.boxes
+            )
             lines.append(f"  {r.name}: {listed}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("notebooks", nargs="+")
     parser.add_argument("--check", action="store_true", help="exit 1 when a limit is broken, listing each")
     args = parser.parse_args(argv)

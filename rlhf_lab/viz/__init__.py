@@ -2,10 +2,10 @@
 
     from rlhf_lab.viz import LiveDashboard, plot_history, show, smooth, clip_explorer
     trainer = Trainer(config, callbacks=[LiveDashboard()])   # redraws while train() runs (SFTTrainer too)
-    LiveDashboard(view="full")                                # every panel (12 for RL) instead of the main six
+    LiveDashboard(view="full")                                # all 12 RL panels instead of the main six
     dashboard_guide()                                         # what healthy and failing curves look like
-    show(step_diagram("ppo"))                                 # one PPO / GRPO / DPO step as a data-flow picture
-    show(rlhf_stages_diagram())                               # pretrained -> SFT -> reward model -> RL, and DPO
+    show(step_diagram("ppo"))                                 # one PPO / GRPO / DPO step as a data flow
+    show(rlhf_stages_diagram())                               # pretrained -> SFT -> reward model -> RL; DPO
     plot_history({"grpo": grpo.history, "gspo": gspo.history}, metrics=["reward_mean", "kl_k3"],
                  title="GRPO vs GSPO")                        # small multiples, one line per run
     show(fig)                                                 # a figure once, as a small PNG in a notebook

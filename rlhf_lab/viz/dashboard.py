@@ -83,7 +83,8 @@ class LiveDashboard(Callback):
                  raise_errors: bool = False, view: str = "main") -> None:
         check_number("refresh_every", refresh_every, low=1, integer=True)
         check_number("min_interval", min_interval, low=0)  # seconds
-        check_optional(check_number, "max_overhead", max_overhead, low=0, high=1, low_open=True, high_open=True)
+        check_optional(check_number, "max_overhead", max_overhead, low=0, high=1, low_open=True,
+                       high_open=True)
         check_choice("x", x, ("step", "wall_time"))
         check_choice("mode", mode, MODES)
         check_choice("view", view, VIEWS)

@@ -1,7 +1,6 @@
 """Data-flow pictures: one training step of PPO, GRPO and DPO, and the three stages of RLHF.
 
-    from rlhf_lab.viz import show
-    from rlhf_lab.viz.diagrams import ppo_step_diagram, grpo_step_diagram, dpo_step_diagram, rlhf_stages_diagram
+    from rlhf_lab.viz import ppo_step_diagram, rlhf_stages_diagram, show, step_diagram
     show(ppo_step_diagram())      # which models exist, what each computes, where the gradient flows
     step_diagram("grpo")          # the same by name: "ppo", "grpo" or "dpo"
     rlhf_stages_diagram()         # pretrained -> SFT -> reward model -> RL, and DPO's shortcut
@@ -71,59 +70,133 @@ class Diagram:
         self.ax.set_xlim(0, WIDTH)
         self.ax.set_ylim(0, height)
         self.ax.set_axis_off()
-        self.ax.text(0.25, height - 0.2, title, ha="left", va="top", fontsize=13, fontweight="bold",
-                     gid="title")
+        self.ax.text(
+            0.25, height - 0.2, title, ha="left", va="top", fontsize=13, fontweight="bold", gid="title"
+        )
 
-    def box(self, name: str, x: float, y: float, w: float, h: float, text: str, kind: str = "step",
-            color: str = STEP_EDGE) -> Box:
+    def box(
+        self,
+        name: str,
+        x: float,
+        y: float,
+        w: float,
+        h: float,
+        text: str,
+        kind: str = "step",
+        color: str = STEP_EDGE,
+    ) -> Box:
         """kind: "trained" (a model this step updates, in `color`), "frozen" (a fixed model, grey and
         hatched), "step" (a computation), "loss" (a loss, edged in `color`) or "data" (inputs, no edge)."""
         styles = {
             "trained": {"facecolor": _tint(color, 0.85), "edgecolor": color, "linewidth": 2.2},
             "frozen": {"facecolor": FROZEN_FILL, "edgecolor": FROZEN_EDGE, "linewidth": 1.6, "hatch": "//"},
             "step": {"facecolor": "white", "edgecolor": STEP_EDGE, "linewidth": 1.0},
-            "loss": {"facecolor": _tint(color, 0.93), "edgecolor": color, "linewidth": 1.8, "linestyle": "--"},
+            "loss": {
+                "facecolor": _tint(color, 0.93),
+                "edgecolor": color,
+                "linewidth": 1.8,
+                "linestyle": "--",
+            },
             "data": {"facecolor": "#fbf6e4", "edgecolor": "#c8b88a", "linewidth": 1.0},
             "absent": {"facecolor": "white", "edgecolor": "#999999", "linewidth": 1.2, "linestyle": ":"},
         }
-        patch = FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0,rounding_size=0.12",
-                               gid=f"box:{name}", **styles[kind])
+        patch = FancyBboxPatch(
+            (x - w / 2, y - h / 2),
+            w,
+            h,
+            boxstyle="round,pad=0,rounding_size=0.12",
+            gid=f"box:{name}",
+            **styles[kind],
+        )
         self.ax.add_patch(patch)
         weight = "bold" if kind in ("trained", "frozen") else "normal"
-        self.ax.text(x, y, text, ha="center", va="center", fontsize=BOX_SIZE, fontweight=weight,
-                     color="#777777" if kind == "absent" else "black", gid=f"text:{name}", bbox={"facecolor": "none", "edgecolor": "none", "pad": 0}
-                     if kind != "frozen" else {"facecolor": FROZEN_FILL, "edgecolor": "none", "pad": 1.5})
+        self.ax.text(
+            x,
+            y,
+            text,
+            ha="center",
+            va="center",
+            fontsize=BOX_SIZE,
+            fontweight=weight,
+            color="#777777" if kind == "absent" else "black",
+            gid=f"text:{name}",
+            bbox={"facecolor": "none", "edgecolor": "none", "pad": 0}
+            if kind != "frozen"
+            else {"facecolor": FROZEN_FILL, "edgecolor": "none", "pad": 1.5},
+        )
         if kind in ("trained", "frozen"):
             tag_color = color if kind == "trained" else "#555555"
-            self.ax.text(x + w / 2 - 0.06, y + h / 2, " trained " if kind == "trained" else " frozen ",
-                         ha="right", va="center", fontsize=MIN_FONT_SIZE, color="white", fontweight="bold",
-                         gid=f"tag:{name}", bbox={"facecolor": tag_color, "edgecolor": "none", "pad": 1.2,
-                                                  "boxstyle": "round,pad=0.15"})
+            self.ax.text(
+                x + w / 2 - 0.06,
+                y + h / 2,
+                " trained " if kind == "trained" else " frozen ",
+                ha="right",
+                va="center",
+                fontsize=MIN_FONT_SIZE,
+                color="white",
+                fontweight="bold",
+                gid=f"tag:{name}",
+                bbox={"facecolor": tag_color, "edgecolor": "none", "pad": 1.2, "boxstyle": "round,pad=0.15"},
+            )
         return Box(name, x, y, w, h)
 
-    def arrow(self, start: tuple[float, float], end: tuple[float, float], kind: str = "data", color: str = DATA_ARROW,
-              rad: float = 0.0, label: str | None = None, label_at: tuple[float, float] | None = None,
-              name: str = "") -> FancyArrowPatch:
+    def arrow(
+        self,
+        start: tuple[float, float],
+        end: tuple[float, float],
+        kind: str = "data",
+        color: str = DATA_ARROW,
+        rad: float = 0.0,
+        label: str | None = None,
+        label_at: tuple[float, float] | None = None,
+        name: str = "",
+    ) -> FancyArrowPatch:
         """kind "data" (thin grey: values that carry no gradient) or "gradient" (thick, in `color`)."""
         if kind == "gradient":
-            style = {"arrowstyle": "-|>,head_length=0.6,head_width=0.35", "linewidth": 3.2, "color": color,
-                     "mutation_scale": 14}
+            style = {
+                "arrowstyle": "-|>,head_length=0.6,head_width=0.35",
+                "linewidth": 3.2,
+                "color": color,
+                "mutation_scale": 14,
+            }
         else:
-            style = {"arrowstyle": "-|>,head_length=0.5,head_width=0.25", "linewidth": 1.2, "color": color,
-                     "mutation_scale": 12}
-        patch = FancyArrowPatch(start, end, connectionstyle=f"arc3,rad={rad}", shrinkA=2, shrinkB=2,
-                                gid=f"{kind}:{name}", **style)
+            style = {
+                "arrowstyle": "-|>,head_length=0.5,head_width=0.25",
+                "linewidth": 1.2,
+                "color": color,
+                "mutation_scale": 12,
+            }
+        patch = FancyArrowPatch(
+            start, end, connectionstyle=f"arc3,rad={rad}", shrinkA=2, shrinkB=2, gid=f"{kind}:{name}", **style
+        )
         self.ax.add_patch(patch)
         if label:
             x, y = label_at if label_at is not None else ((start[0] + end[0]) / 2, (start[1] + end[1]) / 2)
-            self.ax.text(x, y, label, ha="center", va="center", fontsize=MIN_FONT_SIZE + 0.5,
-                         color=color if kind == "gradient" else "#333333",
-                         fontweight="bold" if kind == "gradient" else "normal", gid=f"label:{name}",
-                         bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0, "alpha": 0.9})
+            self.ax.text(
+                x,
+                y,
+                label,
+                ha="center",
+                va="center",
+                fontsize=MIN_FONT_SIZE + 0.5,
+                color=color if kind == "gradient" else "#333333",
+                fontweight="bold" if kind == "gradient" else "normal",
+                gid=f"label:{name}",
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0, "alpha": 0.9},
+            )
         return patch
 
-    def text(self, x: float, y: float, text: str, size: float = MIN_FONT_SIZE + 1, color: str = "#333333",
-             ha: str = "center", gid: str = "note", **kwargs) -> None:
+    def text(
+        self,
+        x: float,
+        y: float,
+        text: str,
+        size: float = MIN_FONT_SIZE + 1,
+        color: str = "#333333",
+        ha: str = "center",
+        gid: str = "note",
+        **kwargs,
+    ) -> None:
         self.ax.text(x, y, text, ha=ha, va="center", fontsize=size, color=color, gid=gid, **kwargs)
 
     def legend(self, color: str, y: float = 0.22) -> None:
@@ -132,11 +205,29 @@ class Diagram:
         self.text(1.0, y, "numbers, no gradient", ha="left", gid="legend")
         self.arrow((3.1, y), (3.7, y), kind="gradient", color=color, name="legend gradient")
         self.text(3.8, y, "gradient of the loss", ha="left", gid="legend")
-        self.text(6.0, y, " trained ", ha="left", color="white", size=MIN_FONT_SIZE, fontweight="bold",
-                  gid="legend", bbox={"facecolor": color, "edgecolor": "none", "boxstyle": "round,pad=0.15"})
+        self.text(
+            6.0,
+            y,
+            " trained ",
+            ha="left",
+            color="white",
+            size=MIN_FONT_SIZE,
+            fontweight="bold",
+            gid="legend",
+            bbox={"facecolor": color, "edgecolor": "none", "boxstyle": "round,pad=0.15"},
+        )
         self.text(6.75, y, "updated by this step", ha="left", gid="legend")
-        self.text(8.65, y, " frozen ", ha="left", color="white", size=MIN_FONT_SIZE, fontweight="bold",
-                  gid="legend", bbox={"facecolor": "#555555", "edgecolor": "none", "boxstyle": "round,pad=0.15"})
+        self.text(
+            8.65,
+            y,
+            " frozen ",
+            ha="left",
+            color="white",
+            size=MIN_FONT_SIZE,
+            fontweight="bold",
+            gid="legend",
+            bbox={"facecolor": "#555555", "edgecolor": "none", "boxstyle": "round,pad=0.15"},
+        )
         self.text(9.4, y, "fixed: computes, never updated", ha="left", gid="legend")
 
 
@@ -163,15 +254,24 @@ def ppo_step_diagram() -> Figure:
     models_x, out_x, mid_x, loss_x = 1.55, 4.75, 7.85, 10.6
     d.text(models_x, 6.1, "prompts x", gid="label:prompts", fontweight="bold")
     policy = d.box("policy", models_x, 5.2, 2.5, 0.85, "Policy $\\pi_\\theta$\n(the LLM)", "trained", color)
-    reference = d.box("reference", models_x, 3.95, 2.5, 0.85, "Reference $\\pi_{ref}$\n(copy of the SFT model)",
-                      "frozen")
-    reward = d.box("reward model", models_x, 2.7, 2.5, 0.85, "Reward model $r_\\phi$\n(scores a whole answer)",
-                   "frozen")
+    reference = d.box(
+        "reference", models_x, 3.95, 2.5, 0.85, "Reference $\\pi_{ref}$\n(copy of the SFT model)", "frozen"
+    )
+    reward = d.box(
+        "reward model", models_x, 2.7, 2.5, 0.85, "Reward model $r_\\phi$\n(scores a whole answer)", "frozen"
+    )
     critic = d.box("critic", models_x, 1.45, 2.5, 0.85, "Critic $V_\\psi$\n(value model)", "trained", color)
     d.arrow((models_x, 5.95), policy.top, name="prompts->policy")
 
-    sample = d.box("sample", out_x, 5.2, 2.9, 0.85, "1. sample answers $y \\sim \\pi_\\theta(\\cdot|x)$\n"
-                   "keep $\\log \\pi_{old}(y_t)$", "step")
+    sample = d.box(
+        "sample",
+        out_x,
+        5.2,
+        2.9,
+        0.85,
+        "1. sample answers $y \\sim \\pi_\\theta(\\cdot|x)$\nkeep $\\log \\pi_{old}(y_t)$",
+        "step",
+    )
     ref_lp = d.box("ref logprobs", out_x, 3.95, 2.9, 0.7, "$\\log \\pi_{ref}(y_t)$, every token", "step")
     score = d.box("score", out_x, 2.7, 2.9, 0.7, "score $r(x, y)$, one per answer", "step")
     values = d.box("values", out_x, 1.45, 2.9, 0.7, "values $V(s_t)$, every token", "step")
@@ -179,8 +279,14 @@ def ppo_step_diagram() -> Figure:
         d.arrow(model.right, out.left, name=f"{model.name}->{out.name}")
     d.text((models_x + out_x) / 2 + 0.05, 4.6, "every model reads (x, y)", size=MIN_FONT_SIZE, gid="note")
 
-    per_token = d.box("per-token reward", mid_x, 3.95, 2.7, 1.0,
-                      "2. reward per token\n$-\\beta\\,(\\log\\pi_{old} - \\log\\pi_{ref})$\n+ $r(x,y)$ at the last token")
+    per_token = d.box(
+        "per-token reward",
+        mid_x,
+        3.95,
+        2.7,
+        1.0,
+        "2. reward per token\n$-\\beta\\,(\\log\\pi_{old} - \\log\\pi_{ref})$\n+ $r(x,y)$ at the last token",
+    )
     gae = d.box("gae", mid_x, 2.1, 2.7, 0.9, "3. GAE($\\gamma, \\lambda$)\nadvantages $A_t$, returns $R_t$")
     d.arrow(sample.right, per_token.top, rad=-0.25, name="sample->per-token reward")
     d.arrow(ref_lp.right, per_token.left, name="ref logprobs->per-token reward")
@@ -188,16 +294,42 @@ def ppo_step_diagram() -> Figure:
     d.arrow(per_token.bottom, gae.top, name="per-token reward->gae")
     d.arrow(values.right, gae.left, name="values->gae")
 
-    policy_loss = d.box("policy loss", loss_x, 4.4, 2.4, 1.1,
-                        "4. policy loss\n$-\\min(\\rho_t A_t,\\ \\mathrm{clip}(\\rho_t) A_t)$\n"
-                        "$\\rho_t = \\pi_\\theta / \\pi_{old}$", "loss", color)
-    value_loss = d.box("value loss", loss_x, 1.45, 2.4, 0.9, "4. value loss\n$(V_\\psi(s_t) - R_t)^2$", "loss", color)
+    policy_loss = d.box(
+        "policy loss",
+        loss_x,
+        4.4,
+        2.4,
+        1.1,
+        "4. policy loss\n$-\\min(\\rho_t A_t,\\ \\mathrm{clip}(\\rho_t) A_t)$\n"
+        "$\\rho_t = \\pi_\\theta / \\pi_{old}$",
+        "loss",
+        color,
+    )
+    value_loss = d.box(
+        "value loss", loss_x, 1.45, 2.4, 0.9, "4. value loss\n$(V_\\psi(s_t) - R_t)^2$", "loss", color
+    )
     d.arrow(gae.right, policy_loss.bottom, rad=0.2, name="gae->policy loss", label="$A_t$")
     d.arrow(gae.right, value_loss.top, rad=-0.2, name="gae->value loss", label="$R_t$")
-    d.arrow(policy_loss.top, (policy.x + 0.25, policy.y + policy.h / 2), kind="gradient", color=color, rad=0.12,
-            name="policy loss->policy", label="gradient (several epochs of minibatches)", label_at=(6.2, 6.2))
-    d.arrow(value_loss.bottom, critic.bottom, kind="gradient", color=color, rad=-0.1, name="value loss->critic",
-            label="gradient", label_at=(6.2, 0.62))
+    d.arrow(
+        policy_loss.top,
+        (policy.x + 0.25, policy.y + policy.h / 2),
+        kind="gradient",
+        color=color,
+        rad=0.12,
+        name="policy loss->policy",
+        label="gradient (several epochs of minibatches)",
+        label_at=(6.2, 6.2),
+    )
+    d.arrow(
+        value_loss.bottom,
+        critic.bottom,
+        kind="gradient",
+        color=color,
+        rad=-0.1,
+        name="value loss->critic",
+        label="gradient",
+        label_at=(6.2, 0.62),
+    )
     d.legend(color, y=0.2)
     return d.figure
 
@@ -214,28 +346,60 @@ def grpo_step_diagram() -> Figure:
     models_x, out_x, mid_x, loss_x = 1.55, 4.75, 7.85, 10.6
     d.text(models_x, 5.1, "prompts x", gid="label:prompts", fontweight="bold")
     policy = d.box("policy", models_x, 4.2, 2.5, 0.85, "Policy $\\pi_\\theta$\n(the LLM)", "trained", color)
-    reference = d.box("reference", models_x, 2.95, 2.5, 0.85, "Reference $\\pi_{ref}$\n(copy of the SFT model)",
-                      "frozen")
+    reference = d.box(
+        "reference", models_x, 2.95, 2.5, 0.85, "Reference $\\pi_{ref}$\n(copy of the SFT model)", "frozen"
+    )
     reward = d.box("reward", models_x, 1.7, 2.5, 0.85, "Reward: a rule\n(1 if right) or a model", "frozen")
     d.arrow((models_x, 4.95), policy.top, name="prompts->policy")
 
-    sample = d.box("sample", out_x, 4.2, 2.9, 0.85, "1. sample G answers per prompt\n"
-                   "$y_1 \\ldots y_G$, keep $\\log \\pi_{old}$", "step")
+    sample = d.box(
+        "sample",
+        out_x,
+        4.2,
+        2.9,
+        0.85,
+        "1. sample G answers per prompt\n$y_1 \\ldots y_G$, keep $\\log \\pi_{old}$",
+        "step",
+    )
     ref_lp = d.box("ref logprobs", out_x, 2.95, 2.9, 0.7, "$\\log \\pi_{ref}(y_{i,t})$, every token", "step")
     rewards = d.box("rewards", out_x, 1.7, 2.9, 0.7, "rewards $r_1 \\ldots r_G$", "step")
     for model, out in ((policy, sample), (reference, ref_lp), (reward, rewards)):
         d.arrow(model.right, out.left, name=f"{model.name}->{out.name}")
 
-    group = d.box("group baseline", mid_x, 1.7, 2.7, 1.0, "2. group baseline\n"
-                  "$A_i = (r_i - \\mathrm{mean}(r)) / \\mathrm{std}(r)$\nsame $A_i$ for every token of $y_i$")
+    group = d.box(
+        "group baseline",
+        mid_x,
+        1.7,
+        2.7,
+        1.0,
+        "2. group baseline\n"
+        "$A_i = (r_i - \\mathrm{mean}(r)) / \\mathrm{std}(r)$\nsame $A_i$ for every token of $y_i$",
+    )
     d.arrow(rewards.right, group.left, name="rewards->group baseline")
     d.box("no critic", mid_x, 3.75, 2.7, 0.6, "no critic, no value loss", "absent")
-    loss = d.box("loss", loss_x, 2.95, 2.4, 1.35, "3. loss per token\n$-\\min(\\rho A_i,\\ \\mathrm{clip}(\\rho) A_i)$\n"
-                 "$+\\ \\beta\\,k_3(\\pi_\\theta \\| \\pi_{ref})$\n$\\rho = \\pi_\\theta / \\pi_{old}$", "loss", color)
+    loss = d.box(
+        "loss",
+        loss_x,
+        2.95,
+        2.4,
+        1.35,
+        "3. loss per token\n$-\\min(\\rho A_i,\\ \\mathrm{clip}(\\rho) A_i)$\n"
+        "$+\\ \\beta\\,k_3(\\pi_\\theta \\| \\pi_{ref})$\n$\\rho = \\pi_\\theta / \\pi_{old}$",
+        "loss",
+        color,
+    )
     d.arrow(group.right, loss.bottom, rad=0.25, name="group baseline->loss", label="$A_i$")
     d.arrow(ref_lp.right, loss.left, name="ref logprobs->loss", label="KL in the loss", label_at=(7.85, 2.7))
-    d.arrow(loss.top, (policy.x + 0.25, policy.y + policy.h / 2), kind="gradient", color=color, rad=0.12,
-            name="loss->policy", label="gradient", label_at=(6.2, 5.2))
+    d.arrow(
+        loss.top,
+        (policy.x + 0.25, policy.y + policy.h / 2),
+        kind="gradient",
+        color=color,
+        rad=0.12,
+        name="loss->policy",
+        label="gradient",
+        label_at=(6.2, 5.2),
+    )
     d.legend(color, y=0.2)
     return d.figure
 
@@ -250,25 +414,52 @@ def dpo_step_diagram() -> Figure:
     color = ALGO_COLORS["dpo"]
     d = Diagram(5.0, "One DPO step: no sampling, no reward model, no critic")
     models_x, out_x, mid_x, loss_x = 1.55, 4.75, 7.85, 10.6
-    pairs = d.box("pairs", models_x, 3.95, 2.7, 0.75, "preference pairs $(x, y_w, y_l)$\nfrom a dataset", "data")
+    pairs = d.box(
+        "pairs", models_x, 3.95, 2.7, 0.75, "preference pairs $(x, y_w, y_l)$\nfrom a dataset", "data"
+    )
     policy = d.box("policy", models_x, 2.7, 2.5, 0.85, "Policy $\\pi_\\theta$\n(the LLM)", "trained", color)
-    reference = d.box("reference", models_x, 1.45, 2.5, 0.85, "Reference $\\pi_{ref}$\n(the SFT model)", "frozen")
+    reference = d.box(
+        "reference", models_x, 1.45, 2.5, 0.85, "Reference $\\pi_{ref}$\n(the SFT model)", "frozen"
+    )
     d.arrow(pairs.bottom, policy.top, name="pairs->policy")
     d.text(models_x + 1.45, 2.08, "both read each pair", size=MIN_FONT_SIZE, ha="left", gid="note")
-    pol_lp = d.box("policy logprobs", out_x, 2.7, 2.9, 0.75, "$\\log \\pi_\\theta(y_w|x)$, $\\log \\pi_\\theta(y_l|x)$",
-                   "step")
-    ref_lp = d.box("ref logprobs", out_x, 1.45, 2.9, 0.75, "$\\log \\pi_{ref}(y_w|x)$, $\\log \\pi_{ref}(y_l|x)$",
-                   "step")
+    pol_lp = d.box(
+        "policy logprobs",
+        out_x,
+        2.7,
+        2.9,
+        0.75,
+        "$\\log \\pi_\\theta(y_w|x)$, $\\log \\pi_\\theta(y_l|x)$",
+        "step",
+    )
+    ref_lp = d.box(
+        "ref logprobs", out_x, 1.45, 2.9, 0.75, "$\\log \\pi_{ref}(y_w|x)$, $\\log \\pi_{ref}(y_l|x)$", "step"
+    )
     d.arrow(policy.right, pol_lp.left, name="policy->policy logprobs")
     d.arrow(reference.right, ref_lp.left, name="reference->ref logprobs")
-    implicit = d.box("implicit rewards", mid_x, 2.1, 2.7, 1.15, "1. implicit rewards\n"
-                     "$\\beta \\log \\pi_\\theta / \\pi_{ref}$ of $y_w$ and $y_l$\nmargin: chosen - rejected")
+    implicit = d.box(
+        "implicit rewards",
+        mid_x,
+        2.1,
+        2.7,
+        1.15,
+        "1. implicit rewards\n"
+        "$\\beta \\log \\pi_\\theta / \\pi_{ref}$ of $y_w$ and $y_l$\nmargin: chosen - rejected",
+    )
     d.arrow(pol_lp.right, implicit.left, rad=-0.15, name="policy logprobs->implicit rewards")
     d.arrow(ref_lp.right, implicit.left, rad=0.15, name="ref logprobs->implicit rewards")
     loss = d.box("loss", loss_x, 2.1, 2.3, 0.9, "2. loss\n$-\\log \\sigma(\\mathrm{margin})$", "loss", color)
     d.arrow(implicit.right, loss.left, name="implicit rewards->loss")
-    d.arrow(loss.top, (policy.x + 1.0, policy.y + policy.h / 2), kind="gradient", color=color, rad=0.15,
-            name="loss->policy", label="gradient", label_at=(6.3, 3.95))
+    d.arrow(
+        loss.top,
+        (policy.x + 1.0, policy.y + policy.h / 2),
+        kind="gradient",
+        color=color,
+        rad=0.15,
+        name="loss->policy",
+        label="gradient",
+        label_at=(6.3, 3.95),
+    )
     d.legend(color, y=0.2)
     return d.figure
 
@@ -301,24 +492,70 @@ def rlhf_stages_diagram() -> Figure:
     pairs = d.box("pairs", 5.7, 4.35, 2.6, 0.7, "preference pairs\n(prompt, $y_w$ better than $y_l$)", "data")
     reward = d.box("reward model", 9.35, 4.35, 2.3, 0.7, "Reward model $r_\\phi$", "step")
 
-    d.arrow(pretrained.right, sft.left, kind="gradient", color=SFT_COLOR, name="stage 1",
-            label="1. SFT", label_at=(2.85, 2.45))
+    d.arrow(
+        pretrained.right,
+        sft.left,
+        kind="gradient",
+        color=SFT_COLOR,
+        name="stage 1",
+        label="1. SFT",
+        label_at=(2.85, 2.45),
+    )
     d.text(2.85, 2.0, "cross-entropy on\nthe good answers", size=MIN_FONT_SIZE)
     d.arrow(demos.bottom, (2.85, track + 0.08), name="demonstrations->stage 1")
     d.arrow((sft.x - 0.4, track + 0.45), (pairs.x - 0.9, pairs.y - 0.35), rad=-0.2, name="sft->pairs")
     d.text(4.95, 3.55, "people compare its answers", size=MIN_FONT_SIZE, ha="left")
-    d.arrow(pairs.right, reward.left, kind="gradient", color=REWARD_MODEL_COLOR, name="stage 2",
-            label="2. reward model", label_at=(7.53, 4.7))
+    d.arrow(
+        pairs.right,
+        reward.left,
+        kind="gradient",
+        color=REWARD_MODEL_COLOR,
+        name="stage 2",
+        label="2. reward model",
+        label_at=(7.53, 4.7),
+    )
     d.text(7.53, 3.95, "Bradley-Terry loss:\nscore $y_w$ above $y_l$", size=MIN_FONT_SIZE)
-    d.arrow(sft.right, policy.left, kind="gradient", color=rl_color, name="stage 3",
-            label="3. RL (PPO, GRPO)", label_at=(7.4, 2.45))
+    d.arrow(
+        sft.right,
+        policy.left,
+        kind="gradient",
+        color=rl_color,
+        name="stage 3",
+        label="3. RL (PPO, GRPO)",
+        label_at=(7.4, 2.45),
+    )
     d.text(7.4, 1.98, "maximise $r_\\phi - \\beta\\,$KL to the SFT model", size=MIN_FONT_SIZE)
-    d.arrow(reward.bottom, (reward.x, track + 0.06), name="reward model->stage 3", label="reward",
-            label_at=(reward.x, 3.3))
-    d.arrow(sft.bottom, policy.bottom, kind="gradient", color=dpo_color, rad=0.28, name="dpo",
-            label="DPO", label_at=(7.6, 1.17))
-    d.text(7.6, 0.72, "one classification loss on the same preference pairs: no reward model, no RL sampling",
-           size=MIN_FONT_SIZE, color=dpo_color, gid="note")
-    d.text(0.25, 0.22, "Thick arrows train a model; the colour says which stage: black SFT, grey reward model, "
-           "blue RL, wine DPO. Thin arrows carry data.", ha="left", gid="legend")
+    d.arrow(
+        reward.bottom,
+        (reward.x, track + 0.06),
+        name="reward model->stage 3",
+        label="reward",
+        label_at=(reward.x, 3.3),
+    )
+    d.arrow(
+        sft.bottom,
+        policy.bottom,
+        kind="gradient",
+        color=dpo_color,
+        rad=0.28,
+        name="dpo",
+        label="DPO",
+        label_at=(7.6, 1.17),
+    )
+    d.text(
+        7.6,
+        0.72,
+        "one classification loss on the same preference pairs: no reward model, no RL sampling",
+        size=MIN_FONT_SIZE,
+        color=dpo_color,
+        gid="note",
+    )
+    d.text(
+        0.25,
+        0.22,
+        "Thick arrows train a model; the colour says which stage: black SFT, grey reward model, "
+        "blue RL, wine DPO. Thin arrows carry data.",
+        ha="left",
+        gid="legend",
+    )
     return d.figure

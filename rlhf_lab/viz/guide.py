@@ -9,17 +9,30 @@ The guide describes the main view of `LiveDashboard` (plots.MAIN_PANELS), in the
 
 from __future__ import annotations
 
-DASHBOARD_GUIDE = r"""**Reading the dashboard.** Each panel answers one question. Healthy and failing runs look different.
+# One row per panel of the main view: (panel, what a healthy run shows, what a failing run shows).
+PANEL_ROWS = (
+    ("Reward per answer", "Rises, noisy from step to step.",
+     "Flat for hundreds of steps: no learning signal (look at the groups). Rising while held-out accuracy "
+     "falls: the policy games the reward."),
+    ("Accuracy", "The held-out dots rise, then level off. Neighbouring dots differ by sampling noise.",
+     "The dots fall after rising: over-optimisation, or a learning rate that is too high."),
+    ("KL to the reference", "Starts at 0 and grows slowly.",
+     "Climbs steeply or keeps speeding up: the policy drifts far from the model it started from."),
+    ("Policy entropy", "Falls slowly as the policy grows sure of its answers.",
+     "Drops to near 0 within a few dozen steps: collapse, every sample alike, nothing left to explore. "
+     "Rises steadily: the policy turns random."),
+    ("Advantages", "Spread on both sides of 0. As more groups agree, more advantages are exactly 0.",
+     "All 0: every group got equal rewards, so the step changed nothing."),
+    ("Rewards per prompt group", "Many groups mix right and wrong answers.",
+     "All grey: every group is all right or all wrong. The task is too easy or too hard, and GRPO learns "
+     "nothing."),
+)
 
-| Panel | Healthy | Something is wrong |
-| --- | --- | --- |
-| **Reward per answer** | Rises, noisy from step to step. | Flat for hundreds of steps: no learning signal (look at the groups). Rising while held-out accuracy falls: the policy games the reward. |
-| **Accuracy** | The held-out dots rise, then level off. Neighbouring dots differ by sampling noise. | The dots fall after rising: over-optimisation, or a learning rate that is too high. |
-| **KL to the reference** | Starts at 0 and grows slowly. | Climbs steeply or keeps speeding up: the policy drifts far from the model it started from. |
-| **Policy entropy** | Falls slowly as the policy grows sure of its answers. | Drops to near 0 within a few dozen steps: collapse, every sample alike, nothing left to explore. Rises steadily: the policy turns random. |
-| **Advantages** | Spread on both sides of 0. As more groups agree, more advantages are exactly 0. | All 0: every group got equal rewards, so the step changed nothing. |
-| **Rewards per prompt group** | Many groups mix right and wrong answers. | All grey: every group is all right or all wrong. The task is too easy or too hard, and GRPO learns nothing. |
-
+DASHBOARD_GUIDE = (
+    "**Reading the dashboard.** Each panel answers one question. Healthy and failing runs look different.\n\n"
+    "| Panel | Healthy | Something is wrong |\n| --- | --- | --- |\n"
+    + "".join(f"| **{panel}** | {healthy} | {failing} |\n" for panel, healthy, failing in PANEL_ROWS)
+    + r"""
 **The title** gives the step and the seconds of training (evaluation and drawing excluded). Then the
 average seconds per step, over the whole run and over the last 10 steps, and the latest held-out accuracy.
 
@@ -33,6 +46,7 @@ is noise. Spikes that repeat, or a baseline that keeps rising, are not.
 per batch of samples), every importance ratio is exactly 1 and nothing is clipped, so those panels carry
 nothing. `LiveDashboard(view="full")` draws all twelve.
 """
+)
 
 
 def dashboard_guide():

@@ -92,7 +92,8 @@ DEFAULT_FIGSIZE = {"rl": (13, 8), "rl-full": (17, 11), "sft": (13, 7), "dpo": (1
 DEFAULT_METRICS = {  # what plot_history and save_training_plots show when not told
     "rl": ("reward_mean", "accuracy", "eval_accuracy", "kl_k3", "entropy", "clip_frac"),
     "sft": ("loss", "eval_accuracy", "lr", "grad_norm"),
-    "dpo": ("loss", "rewards/margins", "rewards/accuracies", "logps/chosen", "logps/rejected", "eval_accuracy"),
+    "dpo": ("loss", "rewards/margins", "rewards/accuracies", "logps/chosen", "logps/rejected",
+            "eval_accuracy"),
 }
 GROUP_RELATIVE = ("grpo", "gspo", "rloo")  # equal rewards in a group -> advantage exactly 0
 MAX_GROUPS_SHOWN = 48
@@ -290,7 +291,8 @@ def draw_kl(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = "C0")
     # Both estimators average over sampled tokens: k1 = log pi_old - log pi_ref is unbiased but can
     # go negative, k3 = ratio - 1 - log ratio is always >= 0 (Schulman, "Approximating KL divergence").
     drawn = draw_lines(ax, history, [("kl_k1", "-"), ("kl_k3", "--")],
-                       "KL to the reference (nats per token)\nk1 solid, k3 dashed", "nats per token", x, color)
+                       "KL to the reference (nats per token)\nk1 solid, k3 dashed", "nats per token", x,
+                       color)
     if not drawn:
         return
     xs = x_values(history, x)
@@ -302,7 +304,8 @@ def draw_kl(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = "C0")
     low, high = min(float(rest.min()), 0.0), float(rest.max())
     pad = 0.08 * max(high - low, 1e-9)
     ax.set_ylim(low - pad, high + 5 * pad)  # headroom for the label above the curve
-    marks = [(values[i], xs[i], name) for name, values in series.items() for i in np.flatnonzero(spikes[name])]
+    marks = [(values[i], xs[i], name) for name, values in series.items()
+             for i in np.flatnonzero(spikes[name])]
     for _, step, _ in marks:
         ax.plot([step], [1.0], marker="v", markersize=7, color=color, transform=ax.get_xaxis_transform(),
                 clip_on=False)
@@ -329,7 +332,8 @@ def draw_clip(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = "C0
         ax.set(title="Clipped tokens", xlabel=x_label(x), ylabel="fraction of tokens")
         return note(ax, "this run does not clip\n(plain importance-weighted PG)")
     drawn = draw_lines(ax, history, [("clip_frac_low", "--"), ("clip_frac_high", "-")],
-                       "Clipped tokens\nbelow 1-eps dashed, above 1+eps solid", "fraction of tokens", x, color)
+                       "Clipped tokens\nbelow 1-eps dashed, above 1+eps solid", "fraction of tokens", x,
+                       color)
     total = column(history, "clip_frac")
     never_clipped = total is not None and np.nanmax(np.abs(total)) == 0
     if drawn and never_clipped and config_value(config, "on_policy", False):
@@ -343,11 +347,13 @@ def draw_length(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = "
                        "Answer length (tokens)\nmean solid, longest dashed", "tokens", x, color)
     if drawn and max_length:
         ax.axhline(max_length, color="black", linewidth=0.8, linestyle=":")
-        ax.text(0.02, max_length, " budget", va="bottom", fontsize=MIN_FONT_SIZE, transform=ax.get_yaxis_transform())
+        ax.text(0.02, max_length, " budget", va="bottom", fontsize=MIN_FONT_SIZE,
+                transform=ax.get_yaxis_transform())
 
 
 def draw_truncation(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = "C0") -> None:
-    draw_lines(ax, history, [("truncation_rate", "-")], "Answers cut at the length budget\n(no end-of-sequence token)",
+    draw_lines(ax, history, [("truncation_rate", "-")],
+               "Answers cut at the length budget\n(no end-of-sequence token)",
                "fraction of answers", x, color)
 
 
@@ -486,7 +492,8 @@ def make_dashboard_axes(fig: Figure, kind: str = "rl", view: str = "main") -> di
                                 wspace=0.3 if cols > 3 else 0.28, hspace=0.6 if rows < 3 else 0.75)
         axes = {name: fig.add_subplot(grid[row, col]) for row, names in enumerate(panels)
                 for col, name in enumerate(names)}
-    whole = {"reward", "accuracy", "kl", "entropy", "clip", "length", "truncation", "time", "groups"}  # x: steps, groups
+    # x in whole numbers: steps, or prompt groups
+    whole = {"reward", "accuracy", "kl", "entropy", "clip", "length", "truncation", "time", "groups"}
     for name, ax in axes.items():
         # Few ticks and no grid: tick labels and grid lines are most of what a redraw renders.
         ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=kind != "rl" or name in whole))
@@ -552,7 +559,8 @@ def idle_panels(history: pd.DataFrame | None, distributions=None, config=None) -
     if config_value(config, "clip", True) is False:
         notes["clip"] = "Clipping: this run does not clip (plain importance-weighted policy gradient)."
     else:
-        clipped = [c for name in ("clip_frac", "clip_frac_low", "clip_frac_high") if (c := column(history, name)) is not None]
+        clipped = [c for name in ("clip_frac", "clip_frac_low", "clip_frac_high")
+                   if (c := column(history, name)) is not None]
         if clipped and all(np.nanmax(np.abs(c)) == 0 for c in clipped):
             why = "on-policy, every ratio is exactly 1" if on_policy else "no ratio left the clip range"
             notes["clip"] = f"Clipping: no token was clipped at any step ({why})."
@@ -560,8 +568,8 @@ def idle_panels(history: pd.DataFrame | None, distributions=None, config=None) -
                           ("sequence", None if dist is None else dist.sequence_ratios)):
         count = _all_equal_to(tensor, 1.0)
         if count:
-            notes[f"{level}_ratios"] = (f"{level.capitalize()} ratios: all {count} are exactly 1 at step {dist.step} "
-                                        "(on-policy: pi_old is pi_theta).")
+            notes[f"{level}_ratios"] = (f"{level.capitalize()} ratios: all {count} are exactly 1 at step "
+                                        f"{dist.step} (on-policy: pi_old is pi_theta).")
     truncation = column(history, "truncation_rate")
     if truncation is not None and np.nanmax(truncation) == 0:
         notes["truncation"] = "Truncation: no answer hit the length budget at any step."
@@ -569,7 +577,7 @@ def idle_panels(history: pd.DataFrame | None, distributions=None, config=None) -
 
 
 def idle_note(ax: Axes, text: str) -> None:
-    """Replace a panel by its note, centred and wrapped to the panel's width (axes, ticks and spines hidden)."""
+    """Replace a panel by its note, centred and wrapped to the panel's width (axes and ticks hidden)."""
     ax.set_axis_off()
     width_pt = ax.get_position().width * ax.figure.get_figwidth() * 72
     chars = max(20, int(width_pt / (0.6 * MIN_FONT_SIZE)))  # DejaVu Sans: about 0.6 em per character
@@ -609,8 +617,8 @@ def dashboard_note(history: pd.DataFrame | None, distributions=None, config=None
             parts.append("no answer hit the length budget")
         elif truncation is not None:
             finite = truncation[np.isfinite(truncation)]
-            parts.append(f"answers cut at the length budget at {int(np.sum(finite > 0))} of {finite.size} steps "
-                         f"(at most {finite.max():.1%})")
+            parts.append(f"answers cut at the length budget at {int(np.sum(finite > 0))} of {finite.size} "
+                         f"steps (at most {finite.max():.1%})")
     hidden = [name for row in DASHBOARD_PANELS for name in row if name not in shown]
     if not hidden:
         return ""
@@ -639,10 +647,11 @@ def draw_dashboard(axes: Mapping[str, Axes], history: pd.DataFrame | None, distr
         "time": lambda ax: draw_step_time(ax, history, x, color),
         "advantages": lambda ax: draw_advantages(ax, dist, color),
         "groups": lambda ax: draw_groups(ax, dist, color, algo),
-        "token_ratios": lambda ax: draw_ratios(ax, None if dist is None else dist.token_ratios, "token", color,
-                                               clip_range if level == "token" else None),
-        "sequence_ratios": lambda ax: draw_ratios(ax, None if dist is None else dist.sequence_ratios, "sequence",
-                                                  color, clip_range if level == "sequence" else None),
+        "token_ratios": lambda ax: draw_ratios(ax, None if dist is None else dist.token_ratios, "token",
+                                               color, clip_range if level == "token" else None),
+        "sequence_ratios": lambda ax: draw_ratios(ax, None if dist is None else dist.sequence_ratios,
+                                                  "sequence", color,
+                                                  clip_range if level == "sequence" else None),
     }
     # The full view's twelve panels are narrower: a point smaller titles keep them clear of each other.
     rc = DASHBOARD_RC if len(axes) <= 6 else {**DASHBOARD_RC, "axes.titlesize": 10}
@@ -680,7 +689,8 @@ def draw_loss(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = SFT
 def draw_eval_accuracy(ax: Axes, history: pd.DataFrame, x: str = "step", color: str = SFT_COLOR) -> None:
     """Held-out greedy exact-match accuracy, one marker per evaluation."""
     xs, held_out = x_values(history, x), column(history, "eval_accuracy")
-    ax.set(title="Held-out accuracy (greedy)", xlabel=x_label(x), ylabel="fraction correct", ylim=(-0.03, 1.03))
+    ax.set(title="Held-out accuracy (greedy)", xlabel=x_label(x), ylabel="fraction correct",
+           ylim=(-0.03, 1.03))
     if held_out is None:
         return note(ax, "no evaluation yet\n(eval_every=0?)")
     finite = np.isfinite(held_out) & np.isfinite(xs)
@@ -713,9 +723,11 @@ def draw_sft_dashboard(axes: Mapping[str, Axes], history: pd.DataFrame | None, c
         draw_lines(axes["lr"], history, [("lr", "-")], "Learning rate\nwarm-up, then cosine decay",
                    "learning rate", x, SFT_COLOR, empty="no training step yet")
         draw_grad_norm(axes["grad_norm"], history, x, config=config)
-        draw_lines(axes["step_time"], history, [("step_time", "-")], "Time per step\nforward + backward + AdamW",
+        draw_lines(axes["step_time"], history, [("step_time", "-")],
+                   "Time per step\nforward + backward + AdamW",
                    "seconds", x, SFT_COLOR, empty="no training step yet")
-        draw_lines(axes["tokens_per_s"], history, [("tokens_per_s", "-")], "Throughput\nsupervised tokens per second",
+        draw_lines(axes["tokens_per_s"], history, [("tokens_per_s", "-")],
+                   "Throughput\nsupervised tokens per second",
                    "completion tokens per second", x, SFT_COLOR, empty="no training step yet")
     task = config_value(config, "task", None)
     return dashboard_title(history, f"sft {task}" if task else "sft")
@@ -745,12 +757,13 @@ def draw_dpo_dashboard(axes: Mapping[str, Axes], history: pd.DataFrame | None, c
                    x, color, empty=empty)
         accuracy = axes["preference_accuracy"]
         draw_lines(accuracy, history, [("rewards/accuracies", "-")],
-                   "Pairs ranked right\nbatch (line), held-out (dots)", "fraction of pairs", x, color, empty=empty)
+                   "Pairs ranked right\nbatch (line), held-out (dots)", "fraction of pairs", x, color,
+                   empty=empty)
         held_out_pairs, xs = column(history, "eval_rewards/accuracies"), x_values(history, x)
         if held_out_pairs is not None:
             finite = np.isfinite(held_out_pairs) & np.isfinite(xs)
-            accuracy.plot(xs[finite], held_out_pairs[finite], linestyle=":", marker="o", markersize=4, color=color,
-                          markeredgecolor="black")
+            accuracy.plot(xs[finite], held_out_pairs[finite], linestyle=":", marker="o", markersize=4,
+                          color=color, markeredgecolor="black")
         accuracy.set_ylim(-0.03, 1.03)
         draw_lines(axes["logps"], history, [("logps/chosen", "-"), ("logps/rejected", "--")],
                    "Log-probability of an answer\nchosen solid, rejected dashed", "nats per answer", x, color,
@@ -762,7 +775,8 @@ def draw_dpo_dashboard(axes: Mapping[str, Axes], history: pd.DataFrame | None, c
             finite = np.isfinite(gold) & np.isfinite(xs)
             held_out.plot(xs[finite], gold[finite], linestyle="--", marker="s", markersize=4, color=color,
                           markeredgecolor="black")
-            held_out.set_title(f"Held-out, greedy\naccuracy (dots) {column(history, 'eval_accuracy')[finite][-1]:.1%}, "
+            accuracy_now = column(history, "eval_accuracy")[finite][-1]
+            held_out.set_title(f"Held-out, greedy\naccuracy (dots) {accuracy_now:.1%}, "
                                f"gold reward (squares) {gold[finite][-1]:.3f}")
             held_out.set_ylabel("fraction correct / mean gold reward")
         draw_grad_norm(axes["grad_norm"], history, x, color, config)
@@ -805,8 +819,9 @@ def _footnote(fig: Figure):
                     gid="dashboard-note")
 
 
-def draw_figure(fig: Figure, axes: Mapping[str, Axes], kind: str, history: pd.DataFrame | None, distributions=None,
-                config=None, x: str = "step", max_length: int | None = None, algo: str | None = None) -> str:
+def draw_figure(fig: Figure, axes: Mapping[str, Axes], kind: str, history: pd.DataFrame | None,
+                distributions=None, config=None, x: str = "step", max_length: int | None = None,
+                algo: str | None = None) -> str:
     """Redraw a whole dashboard figure: its panels, its title and (RL) the note under the panels.
     Returns the title."""
     if kind == "sft":
@@ -815,7 +830,8 @@ def draw_figure(fig: Figure, axes: Mapping[str, Axes], kind: str, history: pd.Da
         title = draw_dpo_dashboard(axes, history, config, x)
     else:
         title = draw_dashboard(axes, history, distributions, config, x, max_length, algo)
-        chars = int(fig.get_figwidth() * 72 * 0.97 / (0.55 * MIN_FONT_SIZE))  # DejaVu Sans: ~0.55 em per character
+        # characters a line holds: DejaVu Sans averages about 0.55 em a character
+        chars = int(fig.get_figwidth() * 72 * 0.97 / (0.55 * MIN_FONT_SIZE))
         lines = dashboard_note(history, distributions, config, shown=list(axes)).split("\n")
         _footnote(fig).set_text("\n".join(textwrap.fill(line, chars) for line in lines))
     fig.suptitle(title, fontsize=TITLE_SIZE)
@@ -909,7 +925,8 @@ def run_colors(labels: Sequence[str], colors=None) -> list[str]:
         try:
             colormap = matplotlib.colormaps[colors]
         except KeyError:
-            raise ValueError(f"colors must be None, a colormap name, a mapping or a list, got {colors!r}") from None
+            raise ValueError(f"colors must be None, a colormap name, a mapping or a list, got {colors!r}"
+                             ) from None
         return [to_hex(colormap(v)) for v in np.linspace(0, 0.85, len(labels))]
     if isinstance(colors, Mapping):
         missing = [run for run in labels if run not in colors]
@@ -995,7 +1012,7 @@ def plot_history(
 
 def save_training_plots(history: pd.DataFrame, distributions, out_dir: str | Path, config=None,
                         algo: str | None = None, dpi: float = 100) -> list[Path]:
-    """Write curves.png (main metrics against step) and dashboard.png (every panel: the full view) into out_dir."""
+    """Write curves.png (main metrics against step) and dashboard.png (the full view) into out_dir."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     algo = algo or config_value(config, "algo", None)

@@ -25,7 +25,7 @@ ALGO_COLORS: dict[str, str] = {
     "rloo": "#cc79a7",  # reddish purple
     "reinforce": "#e69f00",  # orange
     "remax": "#56b4e9",  # sky blue
-    # preference optimisation: Paul Tol's colour-blind-safe "muted" wine and teal (Okabe & Ito's set is used up)
+    # preference optimisation: Paul Tol's colour-blind-safe "muted" wine and teal (Okabe & Ito's are used up)
     "dpo": "#882255",  # wine
     "ipo": "#44aa99",  # teal
 }
@@ -258,7 +258,7 @@ def show(fig: Figure, dpi: float = 80) -> None:
         pyplot.close(fig)
 
 
-MIN_FONT_SIZE = 9  # points: the smallest type any figure of the lab uses, so it stays readable at notebook width
+MIN_FONT_SIZE = 9  # points: the smallest type of any figure, so that it stays readable at notebook width
 
 
 def note(ax, text: str, fontsize: float = MIN_FONT_SIZE) -> None:
