@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from rlhf_lab.sampling.processors import exponential_like
+from rlhf_lab.sampling.fast import exponential_like
 
 
 def per_call_us(fn, calls: int) -> float:

@@ -13,7 +13,7 @@ import torch
 
 from ..model.kv_cache import DynamicCache
 from ..model.rope import RotaryEmbedding, apply_rope, rotate_half
-from ..model.transformer import grouped_attention
+from ..model.transformer import eager_attention
 from ..sampling.processors import apply_repetition_penalty, apply_temperature, apply_top_k, apply_top_p
 from .core import Case, Exercise, Mistake, spec_cases
 
@@ -235,12 +235,12 @@ ROPE_COMPLEX_MISTAKES = (
 
 
 def attention_decode_step(q, k_new, v_new, k_cache, v_cache):
-    """The package's pieces: DynamicCache.update appends along the sequence axis, grouped_attention
-    attends (GQA without copying k/v). Returns (out, k_cache, v_cache)."""
+    """The package's pieces: DynamicCache.update appends along the sequence axis, eager_attention
+    attends (GQA by repeating each kv head for its query heads). Returns (out, k_cache, v_cache)."""
     cache = DynamicCache()
     cache.update(0, k_cache, v_cache)
     keys, values = cache.update(0, k_new, v_new)  # (B, K, S + 1, D)
-    return grouped_attention(q, keys, values, None), keys, values
+    return eager_attention(q, keys, values, None), keys, values
 
 
 def _decode_variant(no_scale=False, repeat_wrong=False, only_past=False, causal_mask=False):
