@@ -202,7 +202,7 @@ def main() -> None:
         context = out.sequences[:, : P + 1]
 
         config = sampler.sampling
-        choose = token_chooser(config, config.no_repeat_ngram_size > 0, config.return_logprobs)  # as generate's
+        choose = token_chooser(config, config.no_repeat_ngram_size > 0, config.return_logprobs)  # generate's
         context_mask = torch.ones_like(context)
 
         def processors_and_sampling():

@@ -46,7 +46,8 @@ def plain_generate(model, ids, mask, config, generator, stop_at_eos=True):
             logprobs.append(logprob.masked_fill(done, 0.0))
             if stop_at_eos:
                 done |= token == eos
-            ids, mask = torch.cat([ids, token[:, None]], 1), torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+            ids = torch.cat([ids, token[:, None]], 1)
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
             if bool(done.all()):
                 break
     # log_softmax(s) = s - logsumexp(s): its rounding error scales with the largest |score|, which the
@@ -77,8 +78,8 @@ def test_unpadded_prompts_skip_the_mask_with_the_same_tokens(shipped):
     ids = torch.tensor([tokenizer.encode(t, add_bos=True) for t in ["12+7=", "45+9=", "88+1=", "10+2="]])
     config = SamplingConfig(do_sample=True, temperature=1.0, seed=0, max_new_tokens=6, return_logprobs=True)
     fast = generate(model, ids, config, stop_at_eos=False)
-    tokens, logprobs, tolerance = plain_generate(model, ids, torch.ones_like(ids), config, make_generator(config),
-                                                 stop_at_eos=False)
+    tokens, logprobs, tolerance = plain_generate(model, ids, torch.ones_like(ids), config,
+                                                 make_generator(config), stop_at_eos=False)
     assert torch.equal(fast.completion_ids, tokens)
     torch.testing.assert_close(fast.logprobs, logprobs, atol=tolerance, rtol=0)
 
@@ -98,7 +99,8 @@ def test_decoding_step_mask_is_the_padding_mask_with_the_query_visible():
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 1, 1, 1, 0]])  # last row: a padding query
     got = build_attention_mask(mask, num_new=1, past_len=4, device=torch.device("cpu"))
     # By the definition: key s visible to the query at position 4 when s <= 4, not padding, or s is itself.
-    expected = torch.tensor([[(s <= 4 and bool(row[s])) or s == 4 for s in range(5)] for row in mask.tolist()])
+    expected = torch.tensor([[(s <= 4 and bool(row[s])) or s == 4 for s in range(5)]
+                             for row in mask.tolist()])
     assert got.shape == (3, 1, 1, 5)
     assert torch.equal(got[:, 0, 0], expected)
     assert mask[2, 4] == 0  # the caller's mask is not modified

@@ -92,7 +92,8 @@ def test_rope_table_rows_equal_the_module_output():
     torch.testing.assert_close(sin[positions], sin_direct, atol=tolerance, rtol=0)
     assert fast.cos_sin_table(rope, 8)[0].data_ptr() == cos.data_ptr()  # kept, not recomputed
     rope.inv_freq = rope.inv_freq * 2  # new frequencies (as a move to another device makes): a new table
-    torch.testing.assert_close(fast.cos_sin_table(rope, 40)[0][positions], rope(positions)[0], atol=tolerance, rtol=0)
+    new_cos = fast.cos_sin_table(rope, 40)[0]
+    torch.testing.assert_close(new_cos[positions], rope(positions)[0], atol=tolerance, rtol=0)
     with pytest.raises(ValueError, match="dynamic"):
         fast.cos_sin_table(RotaryEmbedding(16, 10000.0, {"rope_type": "dynamic", "factor": 2.0}, 32), 8)
     with pytest.raises(ValueError, match="length"):
@@ -140,7 +141,8 @@ def test_plain_rms_norm_is_llama_rms_norm_bit_for_bit():
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("queries, keys", [(4, 3), (4, 13), (4, 16), (4, 21), (1, 1), (1, 9), (1, 12), (1, 13)])
+@pytest.mark.parametrize("queries, keys",
+                         [(4, 3), (4, 13), (4, 16), (4, 21), (1, 1), (1, 9), (1, 12), (1, 13)])
 @pytest.mark.parametrize("masked", [True, False], ids=["mask", "no_mask"])
 def test_grouped_attention_equals_eager_attention(queries, keys, masked):
     """grouped_attention (one bmm per kv head, key axes under 16 padded with -inf keys on the CPU) against
@@ -170,15 +172,16 @@ def test_grouped_attention_equals_eager_attention(queries, keys, masked):
 def test_eager_attention_is_the_formula_written_out():
     """eager_attention's repeat_kv reads kv head h // (H / K) for query head h, and hides masked keys."""
     g = torch.Generator().manual_seed(3)
-    q, k, v = torch.randn(1, 4, 3, 8, generator=g), torch.randn(1, 2, 5, 8, generator=g), torch.randn(1, 2, 5, 8, generator=g)
+    q = torch.randn(1, 4, 3, 8, generator=g)
+    k, v = torch.randn(1, 2, 5, 8, generator=g), torch.randn(1, 2, 5, 8, generator=g)
     mask = torch.rand(1, 1, 3, 5, generator=g) > 0.4
     mask[..., 0] = True
     out = eager_attention(q, k, v, mask)
     for h in range(4):
         j = h // 2
         for t in range(3):
-            scores = torch.tensor([float(q[0, h, t] @ k[0, j, s]) / math.sqrt(8) if mask[0, 0, t, s] else -math.inf
-                                   for s in range(5)])
+            scores = torch.tensor([float(q[0, h, t] @ k[0, j, s]) / math.sqrt(8) if mask[0, 0, t, s]
+                                   else -math.inf for s in range(5)])
             expected = scores.softmax(-1) @ v[0, j]
             # a dot product of 8 terms and a weighted sum of 5, in other orders: tens of eps of |v| ~ 1
             torch.testing.assert_close(out[0, h, t], expected, rtol=0, atol=64 * EPS32 * v.abs().max().item())
@@ -190,8 +193,9 @@ def test_eager_attention_is_the_formula_written_out():
 def small_model(seed: int = 0, **overrides) -> LlamaModel:
     """A small random model with large weights (logits of order 1..10, far from uniform)."""
     torch.manual_seed(seed)
-    config = dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=64, initializer_range=0.2)
+    config = dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                  initializer_range=0.2)
     model = LlamaModel(ModelConfig(**{**config, **overrides})).eval()
     if model.value_head is not None:
         torch.nn.init.normal_(model.value_head.weight, std=0.2)
@@ -256,7 +260,8 @@ def test_fast_forward_equals_the_plain_forward(case):
             assert_close_logits(model, out.logits, ref.logits, real=mask.bool())
             torch.testing.assert_close(out.aux_loss, ref.aux_loss, atol=0, rtol=64 * EPS32)
         positions = torch.arange(20)[None].expand(2, 20) + torch.tensor([[0], [3]])  # beyond max_position (8)
-        long_ids = torch.randint(3, model.config.vocab_size, (2, 20), generator=torch.Generator().manual_seed(4))
+        g = torch.Generator().manual_seed(4)
+        long_ids = torch.randint(3, model.config.vocab_size, (2, 20), generator=g)
         out, ref = both(lambda: model(long_ids, position_ids=positions))
         assert_close_logits(model, out.logits, ref.logits)
 
@@ -313,7 +318,8 @@ def test_gradient_checkpointing_gives_the_plain_gradients():
     n = int(real.sum())
     for name, grad in expected.items():
         tolerance = 4 * n * EPS32 * grad.abs().max().item()
-        torch.testing.assert_close(got[name], grad, atol=tolerance, rtol=0, msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(got[name], grad, atol=tolerance, rtol=0,
+                                   msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_bf16_autocast_fast_equals_plain():
@@ -333,7 +339,8 @@ def test_bf16_autocast_fast_equals_plain():
 
 
 def test_fused_projections_change_no_logit_and_leave_training_alone():
-    for overrides in ({}, dict(model_type="qwen3", attention_bias=True), dict(mlp_bias=True, attention_bias=True)):
+    for overrides in ({}, dict(model_type="qwen3", attention_bias=True),
+                      dict(mlp_bias=True, attention_bias=True)):
         model = small_model(**overrides)
         ids = torch.randint(0, model.config.vocab_size, (3, 7), generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
@@ -399,7 +406,8 @@ def test_plain_model_is_transformers_llama_bit_for_bit():
         real = mask.bool()
         with torch.no_grad():
             expected = hf(input_ids=ids, attention_mask=mask, position_ids=positions).logits
-            fast_logits, plain_logits = both(lambda lab=lab, ids=ids, mask=mask: lab(ids, attention_mask=mask).logits)
+            fast_logits, plain_logits = both(lambda lab=lab, ids=ids, mask=mask:
+                                             lab(ids, attention_mask=mask).logits)
         assert torch.equal(plain_logits[real], expected[real]), case
         assert_close_logits(lab, fast_logits, expected, real=real)
 
@@ -485,8 +493,7 @@ def test_fast_token_chooser_equals_the_plain_one(name):
     mask[:5, :4] = 0  # left padding: the repetition penalty must skip it
     for return_logprobs in (False, True):
         one, other = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
-        fast_choose, plain_choose = both(lambda return_logprobs=return_logprobs: token_chooser(config, False,
-                                                                                               return_logprobs))
+        fast_choose, plain_choose = both(lambda flag=return_logprobs: token_chooser(config, False, flag))
         tokens, logprobs = fast_choose(logits, ids, mask, 10, one)
         expected, expected_logprobs = plain_choose(logits, ids, mask, 10, other)
         assert torch.equal(tokens, expected)
@@ -506,11 +513,13 @@ def test_generate_fast_equals_plain(shipped, cache):
     model, tokenizer = shipped
     config = SamplingConfig(do_sample=True, temperature=0.7, top_k=20, top_p=0.9, seed=3, max_new_tokens=8,
                             return_logprobs=True)
-    out, ref = both(lambda: generate(model, TEXTS, config, tokenizer=tokenizer, cache=cache, num_return_sequences=2))
+    out, ref = both(lambda: generate(model, TEXTS, config, tokenizer=tokenizer, cache=cache,
+                                     num_return_sequences=2))
     assert torch.equal(out.completion_ids, ref.completion_ids)
     assert out.finished.any()  # EOS stops rows, so the padding path runs
     with torch.no_grad():
-        scale = model(ref.sequences, attention_mask=ref.attention_mask).logits.abs().max().item() / config.temperature
+        logits = model(ref.sequences, attention_mask=ref.attention_mask).logits
+    scale = logits.abs().max().item() / config.temperature
     torch.testing.assert_close(out.logprobs, ref.logprobs, atol=64 * EPS32 * scale, rtol=0)
 
 

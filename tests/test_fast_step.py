@@ -14,7 +14,8 @@ from rlhf_lab.rl import Trainer, make_config, policy_forward
 from rlhf_lab.rl.metrics import kl_metrics
 from rlhf_lab.tasks import get_task
 
-SMALL = dict(prompts_per_step=4, num_generations=4, eval_every=0, eval_examples=8, n_train=200, n_test=40, steps=3)
+SMALL = dict(prompts_per_step=4, num_generations=4, eval_every=0, eval_examples=8, n_train=200, n_test=40,
+             steps=3)
 
 
 
@@ -39,7 +40,8 @@ def flat_gradient(model, logprobs, mask):
 def test_shared_prompt_forward_equals_the_full_sequence():
     trainer = trainer_for()
     rollout = trainer.collect_rollout()
-    assert len(torch.unique(rollout.input_ids[:, : rollout.prompt_width], dim=0)) < len(rollout)  # groups share
+    prompts = rollout.input_ids[:, : rollout.prompt_width]
+    assert len(torch.unique(prompts, dim=0)) < len(rollout)  # groups share
     mask = rollout.completion_mask
     shared = policy_forward(trainer.policy, rollout, share_prompts=True).logprobs
     grad_shared = flat_gradient(trainer.policy, shared, mask)
@@ -177,7 +179,7 @@ def test_a_reward_that_is_the_exact_match_is_scored_once():
     assert shaped.sampler.accuracy_fn is not shaped.reward_fn
     rollout = shaped.collect_rollout(with_reference=False)
     assert set(rollout.correct.tolist()) <= {0.0, 1.0}
-    assert not torch.equal(rollout.rewards, rollout.correct)  # the format reward adds to every well-formed answer
+    assert not torch.equal(rollout.rewards, rollout.correct)  # the format reward adds to well-formed answers
 
 
 

@@ -21,12 +21,19 @@ unless named):
   order of its sum (`test_grouped_attention_equals_eager_attention`).
 - Inside `fused_projections` (all of `generate`), forwards without gradients multiply by one stacked
   q|k|v matrix per attention layer and one gate|up matrix per MLP: each output column is still one row
-  of W times x (`test_fused_projections_change_no_logit`, `test_fast_forward_equals_the_plain_forward`).
-- The LM head skips the autocast context when nothing is to be cast (the same `F.linear`).
+  of W times x (`test_fused_projections_change_no_logit_and_leave_training_alone`).
+- The LM head skips the autocast context when nothing is to be cast (the same `F.linear` on the same
+  inputs).
 
-The whole forward, fast against plain, on every feature the model has (caches, left padding, position
-ids, dynamic RoPE, gradient checkpointing, the value head, LoRA, bf16 autocast, MoE routing replay):
-`test_fast_forward_equals_the_plain_forward`. `sampling/compiled.py` compiles this file's decoder layer.
+The whole forward, fast against plain, on every feature the model has:
+- left padding, position ids, RoPE scalings (dynamic included), Qwen2/Qwen3, SDPA, the value head and
+  MoE routing replay (`test_fast_forward_equals_the_plain_forward`);
+- every kind of cache (`test_cached_decoding_fast_equals_plain`);
+- gradient checkpointing (`test_gradient_checkpointing_gives_the_plain_gradients`);
+- bf16 autocast (`test_bf16_autocast_fast_equals_plain`);
+- LoRA (`test_lora_wrapped_projections_on_both_paths`);
+- whole seeded generations (`test_generate_fast_equals_plain`).
+`sampling/compiled.py` compiles this file's decoder layer.
 """
 
 from __future__ import annotations
@@ -81,9 +88,11 @@ def forward(model, input_ids, attention_mask=None, position_ids=None, cache=None
     for i, layer in enumerate(model.model.layers):
         replay = expert_indices[i] if expert_indices is not None else None
         if recompute:
-            x, layer_routing = checkpoint(decoder_layer, layer, x, cos, sin, mask, None, replay, use_reentrant=False)
+            x, layer_routing = checkpoint(decoder_layer, layer, x, cos, sin, mask, None, replay,
+                                          use_reentrant=False)
         else:
-            x, layer_routing = decoder_layer(layer, x, cos, sin, mask, cache, replay, _STACKS.get(layer, NO_STACKS))
+            stacks = _STACKS.get(layer, NO_STACKS)
+            x, layer_routing = decoder_layer(layer, x, cos, sin, mask, cache, replay, stacks)
         if layer_routing is not None:
             routing.append(layer_routing)
     h = rms_norm(model.model.norm, x)
@@ -97,7 +106,8 @@ def decoder_layer(layer, x, cos, sin, mask, cache, expert_indices=None, stacks=N
     qkv, gate_up = stacks
     x = x + attention(layer.self_attn, rms_norm(layer.input_layernorm, x), cos, sin, mask, cache, qkv)
     if isinstance(layer.mlp, SparseMoeBlock):
-        y, router_logits, expert_indices = layer.mlp(rms_norm(layer.post_attention_layernorm, x), expert_indices)
+        h = rms_norm(layer.post_attention_layernorm, x)
+        y, router_logits, expert_indices = layer.mlp(h, expert_indices)
         return x + y, (router_logits, expert_indices)
     return x + mlp(layer.mlp, rms_norm(layer.post_attention_layernorm, x), gate_up), None
 
@@ -147,7 +157,8 @@ def attention(attn, x, cos, sin, mask, cache, qkv: Stack | None = None):
     return attn.o_proj(out.transpose(1, 2).reshape(B, T, H * D))
 
 
-def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      mask: torch.Tensor | None) -> torch.Tensor:
     """`eager_attention` without copying k and v: softmax(q k^T / sqrt(D) + mask) v.
 
     q (B, H, T, D); k, v (B, K, S, D); mask (B, 1, T, S) bool or None (then T must be 1) -> (B, H, T, D).
@@ -168,7 +179,8 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
         # torch's CPU softmax over a last dimension under 16 is much slower than over 16: pad with -inf
         # keys, whose probability is exactly 0, and drop them after
         scores = F.pad(scores, (0, SOFTMAX_MIN_KEYS - S), value=float("-inf"))
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)[..., :S].to(v.dtype).reshape(B * K, G * T, S)
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)[..., :S]
+        probs = probs.to(v.dtype).reshape(B * K, G * T, S)
     else:
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype).view(B * K, G * T, S)
     return torch.bmm(probs, v.reshape(B * K, S, D)).view(B, H, T, D)
@@ -190,8 +202,9 @@ def mlp(module, x: torch.Tensor, gate_up: Stack | None = None) -> torch.Tensor:
 def lm_logits(model, h: torch.Tensor) -> torch.Tensor:
     """`LlamaModel.lm_logits`: (..., C) -> (..., V) float32, without the autocast context when h and
     the head are float32 and autocast is off (then there is nothing to cast)."""
-    if h.dtype == model.lm_head.weight.dtype == torch.float32 and not torch.is_autocast_enabled(h.device.type):
-        return F.linear(h, model.lm_head.weight)
+    weight = model.lm_head.weight
+    if h.dtype == weight.dtype == torch.float32 and not torch.is_autocast_enabled(h.device.type):
+        return F.linear(h, weight)
     return model.lm_logits(h)
 
 
@@ -223,7 +236,8 @@ def cos_sin_table(rope: RotaryEmbedding, length: int) -> tuple[torch.Tensor, tor
     return table[1][:length], table[2][:length]
 
 
-def rope_factors(cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_factors(cos: torch.Tensor, sin: torch.Tensor,
+                 interleaved: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The two tables `rotate` multiplies by, from `RotaryEmbedding`'s cos and sin (..., head_dim // 2).
 
     Half-split pairs (i, i + d/2): [cos | cos] and [-sin | sin], (..., head_dim), so that the rotation is

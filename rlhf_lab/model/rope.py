@@ -70,12 +70,14 @@ def read_rope_scaling(rope_scaling: dict | None, base: float) -> dict:
     legacy_type = params.pop("type", None)
     rope_type = params.setdefault("rope_type", legacy_type or "default")
     if legacy_type is not None and legacy_type != rope_type:
-        raise ValueError(f"rope_scaling has rope_type={rope_type!r} but legacy type={legacy_type!r}; give one")
+        raise ValueError(f"rope_scaling has rope_type={rope_type!r} but legacy type={legacy_type!r}; "
+                         "give one")
     check_choice("rope_type", rope_type, ROPE_TYPES)
     # transformers 5.x keeps rope_theta inside rope_parameters; accept it, but only if it agrees with base.
     rope_theta = params.pop("rope_theta", None)
     if rope_theta is not None and rope_theta != base:
-        raise ValueError(f"rope_scaling['rope_theta']={rope_theta} disagrees with base={base}; pass base only")
+        raise ValueError(f"rope_scaling['rope_theta']={rope_theta} disagrees with base={base}; "
+                         "pass base only")
 
     if rope_type == "default":
         extra = sorted(set(params) - {"rope_type"})
@@ -175,7 +177,9 @@ def rope_inv_freq(
             # tensor rather than a Python float; follow the same path so cos/sin agree bit for bit.
             length = seq_len.clamp_min(max_position_embeddings)
         else:
-            length = max_position_embeddings if seq_len is None else max(int(seq_len), max_position_embeddings)
+            length = max_position_embeddings
+            if seq_len is not None:
+                length = max(int(seq_len), max_position_embeddings)
         # base' = base * (factor * L / max_pos - (factor - 1))^(d / (d - 2)); equals base while L <= max_pos
         ntk_base = base * ((factor * length / max_position_embeddings) - (factor - 1)) ** (d / (d - 2))
         return _default_inv_freq(d, ntk_base), 1.0
@@ -216,7 +220,8 @@ def rope_inv_freq(
 
         theta = _default_inv_freq(d, base)  # extrapolation: keep the trained frequency
         theta_interpolated = 1.0 / (factor * base ** (torch.arange(0, d, 2).float() / d))  # theta_i / s
-        ramp = ((torch.arange(d // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)  # 0 fast, 1 slow
+        # 0 for the fast dimensions, 1 for the slow ones
+        ramp = ((torch.arange(d // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
         keep = 1 - ramp  # w_i, the weight on the unscaled frequency
         inv_freq = theta_interpolated * (1 - keep) + theta * keep  # (1 - w_i) theta_i / s + w_i theta_i
         return inv_freq, float(attention_factor)
@@ -266,7 +271,8 @@ class RotaryEmbedding(nn.Module):
         self.rope_scaling = None if rope_scaling is None else dict(rope_scaling)
         self.max_position_embeddings = max_position_embeddings
         self.rope_type = read_rope_scaling(rope_scaling, base)["rope_type"]
-        inv_freq, self.attention_scaling = rope_inv_freq(head_dim, base, rope_scaling, max_position_embeddings)
+        inv_freq, self.attention_scaling = rope_inv_freq(head_dim, base, rope_scaling,
+                                                         max_position_embeddings)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.register_buffer("original_inv_freq", inv_freq.clone(), persistent=False)
         self.max_seq_len_cached = max_position_embeddings  # longest length inv_freq was built for (dynamic)
@@ -327,7 +333,8 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False) -> torch.Tensor:
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               interleaved: bool = False) -> torch.Tensor:
     """Rotate each pair of dims of x by its angle: (a, b) -> (a cos - b sin, a sin + b cos).
 
     Args:
@@ -356,7 +363,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave
         out = torch.stack(  # put each pair back side by side: (..., d/2, 2) -> (..., d)
             (rotated_first, rotated_second), dim=-1).flatten(-2)
     else:
-        cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)  # pair i and i + d/2 share an angle
+        cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)  # dims i, i + d/2: one angle
         out = x_c * cos + rotate_half(x_c) * sin
     return out.to(x.dtype)
 
@@ -399,7 +406,8 @@ def half_split_to_interleaved(weight: torch.Tensor, num_heads: int) -> torch.Ten
 
 def _head_dim_of(weight: torch.Tensor, num_heads: int) -> int:
     if weight.dim() not in (1, 2):
-        raise ValueError(f"weight must be a Linear weight (out, in) or bias (out,), got shape {tuple(weight.shape)}")
+        raise ValueError("weight must be a Linear weight (out, in) or bias (out,), "
+                         f"got shape {tuple(weight.shape)}")
     check_number("num_heads", num_heads, low=1, integer=True)
     out_features = weight.shape[0]
     if out_features % num_heads or (out_features // num_heads) % 2:

@@ -4,10 +4,14 @@
                          RMSNorm -> SwiGLU MLP            -> +residual ] x L -> RMSNorm -> lm_head
 
 Parameter names are Hugging Face's (`model.layers.0.self_attn.q_proj.weight`, ...), so a state
-dict moves between this model and `transformers.LlamaForCausalLM` unchanged (see `hf.py`), and
-the parity tests can demand equal logits to 1e-5. The Qwen2 / Qwen3 families are the same decoder
-with a few switches (biases, Qwen3's per-head q/k norm; see config.py), so they load too. The MoE
-families (Mixtral, Qwen3-MoE) swap each layer's MLP for a router and experts (`moe.SparseMoeBlock`).
+dict moves between this model and `transformers.LlamaForCausalLM` unchanged (see `hf.py`). The Qwen2 /
+Qwen3 families are the same decoder with a few switches (biases, Qwen3's per-head q/k norm; see
+config.py), so they load too. The MoE families (Mixtral, Qwen3-MoE) swap each layer's MLP for a router
+and experts (`moe.SparseMoeBlock`).
+
+This file is the definition, op for op the one transformers writes: in float32 with eager attention
+its logits equal transformers' exactly (tests/test_fast_paths.py). `LlamaModel.forward` runs the same
+function in fewer ops (`fast.py`) unless `rlhf_lab.util.fast_paths.reference_paths()` is on.
 
 Shapes: B batch, T new tokens in this call, S = past + T keys, H query heads, K key/value heads,
 D head_dim, C hidden size, V vocabulary.
@@ -105,7 +109,8 @@ def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
     return x[:, :, None].expand(B, K, groups, S, D).reshape(B, K * groups, S, D)
 
 
-def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    mask: torch.Tensor | None) -> torch.Tensor:
     """softmax(q k^T / sqrt(D) + mask) v, the softmax in float32 (transformers' `eager_attention_forward`).
 
     q (B, H, T, D); k, v (B, K, S, D); mask (B, 1, T, S) bool, True = may attend, or None -> (B, H, T, D).
@@ -144,7 +149,8 @@ class DecoderLayer(nn.Module):
         self.mlp = SparseMoeBlock(config) if config.is_moe else MLP(config)
 
     def forward(self, x, cos, sin, mask, cache, expert_indices=None):
-        """-> (x, routing): routing is (router_logits, expert_indices) for an MoE layer, None for a dense one."""
+        """x (B, T, C), cos and sin (B, T, D/2), mask (B, 1, T, S) | None -> (x (B, T, C), routing):
+        routing is (router_logits, expert_indices) for an MoE layer, None for a dense one."""
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)
         if isinstance(self.mlp, SparseMoeBlock):
             y, router_logits, expert_indices = self.mlp(self.post_attention_layernorm(x), expert_indices)
@@ -189,7 +195,8 @@ def build_attention_mask(
         return None
     total = past_len + num_new
     if attention_mask is not None and attention_mask.shape[-1] != total:
-        raise ValueError(f"attention_mask covers {attention_mask.shape[-1]} positions but past + new = {total}")
+        raise ValueError(f"attention_mask covers {attention_mask.shape[-1]} positions "
+                         f"but past + new = {total}")
     if num_new == 1:  # one new token (a decoding step): every key is in its past, only padding is hidden
         allowed = attention_mask != 0  # (B, S), a new tensor
         allowed[:, -1] = True  # the query itself
@@ -213,9 +220,10 @@ class LlamaModel(nn.Module):
         -> ModelOutput(logits (B, T, V) float32, cache, values (B, T) | None,
                        router_logits, expert_indices, aux_loss: MoE only)
 
-    Routing replay (MoE): `expert_indices` from an earlier forward (e.g. pi_old's `ModelOutput.expert_indices`)
-    makes every layer use exactly those experts, gated by the current router's probabilities at them
-    (GSPO paper §5, arXiv 2507.18071). The aux loss counts the non-padding tokens of this call.
+    Routing replay (MoE): `expert_indices` from an earlier forward (e.g. pi_old's
+    `ModelOutput.expert_indices`) makes every layer use exactly those experts, gated by the current
+    router's probabilities at them (GSPO paper §5, arXiv 2507.18071). The aux loss counts the non-padding
+    tokens of this call.
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -288,7 +296,7 @@ class LlamaModel(nn.Module):
         num_logits_to_keep: int = 0,
         expert_indices: tuple[torch.Tensor, ...] | None = None,
     ) -> ModelOutput:
-        if fast_paths.enabled():  # the same function in fewer ops (model/fast.py); this code is its definition
+        if fast_paths.enabled():  # the same function in fewer ops (model/fast.py); the code below defines it
             return fast.forward(self, input_ids, attention_mask, position_ids, cache, num_logits_to_keep,
                                 expert_indices)
         B, T = input_ids.shape
@@ -299,7 +307,9 @@ class LlamaModel(nn.Module):
             position_ids = self.default_position_ids(attention_mask, B, T, past_len, input_ids.device)
         cos, sin = self.rotary_emb(position_ids)  # (B, T, D/2) float32 each, shared by every layer
         x = self.model.embed_tokens(input_ids)  # (B, T, C)
-        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled() and cache is None
+        # gradient checkpointing: recompute each layer in the backward (training steps only)
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
+        recompute = recompute and cache is None
         routing = []  # MoE: (router_logits, expert_indices) per layer
         for i, layer in enumerate(self.model.layers):
             replay = expert_indices[i] if expert_indices is not None else None
@@ -317,20 +327,22 @@ class LlamaModel(nn.Module):
         """Routing replay needs an MoE model and one (B, T, k) tensor per layer."""
         layers = len(self.model.layers)
         if expert_indices is not None and (not self.config.is_moe or len(expert_indices) != layers):
-            raise ValueError(f"expert_indices must hold one (B, T, k) tensor per MoE layer "
-                             f"({layers if self.config.is_moe else 0} for this model), got {len(expert_indices)}")
+            expected = layers if self.config.is_moe else 0
+            raise ValueError(f"expert_indices must hold one (B, T, k) tensor per MoE layer ({expected} "
+                             f"for this model), got {len(expert_indices)}")
 
-    def make_output(self, h: torch.Tensor, logits: torch.Tensor, routing: list, attention_mask: torch.Tensor | None,
-                    cache: KVCache | None) -> ModelOutput:
-        """The forward's result from the final hidden states h (B, T, C) and the logits: the value head's
-        values and, for an MoE model, the router outputs and the aux loss over this call's non-padding tokens."""
+    def make_output(self, h: torch.Tensor, logits: torch.Tensor, routing: list,
+                    attention_mask: torch.Tensor | None, cache: KVCache | None) -> ModelOutput:
+        """The forward's result from the final hidden states h (B, T, C) and the logits: the value
+        head's values and, for an MoE model, the router outputs and the aux loss over this call's
+        non-padding tokens."""
         values = self.value_head(h).squeeze(-1).float() if self.value_head is not None else None
         if not routing:
             return ModelOutput(logits=logits, cache=cache, values=values, hidden_states=h)
         router_logits = tuple(r for r, _ in routing)
         real = attention_mask[:, -h.shape[1]:] if attention_mask is not None else None
-        return ModelOutput(logits=logits, cache=cache, values=values, hidden_states=h, router_logits=router_logits,
-                           expert_indices=tuple(e for _, e in routing),
+        return ModelOutput(logits=logits, cache=cache, values=values, hidden_states=h,
+                           router_logits=router_logits, expert_indices=tuple(e for _, e in routing),
                            aux_loss=moe_aux_loss(self.config, router_logits, real))
 
     def lm_logits(self, h: torch.Tensor) -> torch.Tensor:

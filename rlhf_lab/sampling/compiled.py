@@ -144,7 +144,8 @@ class CompiledSteps:
         N, P = prompt_mask.shape
         device = prompt_mask.device
         self.model, self.cache = model, cache
-        self.visible = torch.cat([prompt_mask != 0, torch.ones(N, cache.max_len - P, dtype=torch.bool, device=device)], 1)
+        unwritten = torch.ones(N, cache.max_len - P, dtype=torch.bool, device=device)
+        self.visible = torch.cat([prompt_mask != 0, unwritten], 1)
         self.offsets = P - prompt_mask.sum(1)  # (N,) padding count of each row
         self.rope_table = fast.rope_factors(*fast.cos_sin_table(model.rotary_emb, cache.max_len),
                                             model.config.rope_interleaved)

@@ -34,7 +34,9 @@ each step of `generate` calls to pick its tokens. Beam search draws nothing (its
   keeps k, so when the (k+1)-th score equals the k-th in some row the step runs the chain (the check
   reads one bool back to the host).
 - The stages are built once per call unless the repetition penalty reads the growing mask, and greedy
-  decoding that needs no log-probs takes the argmax alone.
+  decoding that needs no log-probs takes the argmax alone (`test_fast_token_chooser_equals_the_plain_one`).
+
+Whole seeded generations, fast against plain (model and draw): `test_generate_fast_equals_plain`.
 """
 
 from __future__ import annotations

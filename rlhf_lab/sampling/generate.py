@@ -53,7 +53,8 @@ def make_cache(kind: str, config, batch_size: int, max_len: int, device=None, dt
     raise AssertionError(f"unhandled cache kind {kind!r}")
 
 
-def left_pad(sequences: Sequence[Sequence[int]], pad_token_id: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(sequences: Sequence[Sequence[int]], pad_token_id: int,
+             device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Token lists -> (ids (B, P), attention_mask (B, P)), padded on the LEFT so that every row's last
     prompt token sits in the same column and the next token is written at the same position for all."""
     if len(sequences) == 0:
@@ -160,8 +161,8 @@ def generate(
     if compile and cache != "static":
         raise ValueError(f"compile=True needs cache='static' (the fixed-shape cache), got cache={cache!r}")
     if compile and model.rotary_emb.rope_type == "dynamic":
-        raise ValueError("compile=True needs a RoPE table, which rope_type 'dynamic' cannot have (its frequencies "
-                         "change with the length): use compile=False")
+        raise ValueError("compile=True needs a RoPE table, which rope_type 'dynamic' cannot have (its "
+                         "frequencies change with the length): use compile=False")
     mc = model.config
     device = model.device
     prompt_ids, prompt_mask = _encode_prompts(prompts, tokenizer, attention_mask, mc.pad_token_id, device)
@@ -178,7 +179,8 @@ def generate(
     elif P + T_max > mc.max_position_embeddings:
         warnings.warn(f"generating {P} prompt + {T_max} new positions, past max_position_embeddings="
                       f"{mc.max_position_embeddings}: RoPE extends to them, but the model never saw them in "
-                      "training (fine for a fixed-length benchmark, not for answers)", stacklevel=3)  # 3: past torch.no_grad's wrapper, to the caller
+                      "training (fine for a fixed-length benchmark, not for answers)",
+                      stacklevel=3)  # 3: past torch.no_grad's wrapper, to the caller
     check_memory(generation_bytes(mc, B * G, P, T_max, dtype.itemsize), device,
                  f"generating {B * G} sequences of {P} + {T_max} tokens", "max_new_tokens or the batch")
 
@@ -237,10 +239,11 @@ def _generate(model, prompt_ids, prompt_mask, config, G, generator, cache, stop_
     with infer:
         for t in range(T_max):
             width = P + t
-            if t < config.min_new_tokens:  # HF's MinNewTokensLengthLogitsProcessor: no EOS yet (-inf survives every stage)
+            # HF's MinNewTokensLengthLogitsProcessor: no EOS yet (-inf survives every stage)
+            if t < config.min_new_tokens:
                 logits = logits.clone()
                 logits[:, eos_id] = float("-inf")
-            tokens, token_logprobs = choose(logits, ids, mask, width, generator)  # the context: the first width columns
+            tokens, token_logprobs = choose(logits, ids, mask, width, generator)  # context: width columns
             if stop_at_eos:
                 tokens = tokens.masked_fill(done, pad_id)  # finished rows keep emitting padding
                 completion_mask[:, t] = ~done
@@ -259,7 +262,8 @@ def _generate(model, prompt_ids, prompt_mask, config, G, generator, cache, stop_
                 if step is not None:  # compiled: fixed shapes, the position as a tensor
                     logits = step(tokens, width)
                 elif kv is None:  # no cache: feed the whole sequence again
-                    logits = model(ids[:, : width + 1], attention_mask=step_mask, num_logits_to_keep=1).logits[:, -1]
+                    logits = model(ids[:, : width + 1], attention_mask=step_mask,
+                                   num_logits_to_keep=1).logits[:, -1]
                 else:
                     logits = model(tokens[:, None], attention_mask=step_mask, cache=kv).logits[:, -1]
     t2 = time.perf_counter()
@@ -294,6 +298,7 @@ def token_chooser(config: SamplingConfig, check_removed: bool, return_logprobs: 
     return choose
 
 
-def complete(model, tokenizer, prompts: list[str], config: SamplingConfig | None = None, **kwargs) -> list[str]:
+def complete(model, tokenizer, prompts: list[str], config: SamplingConfig | None = None,
+             **kwargs) -> list[str]:
     """Convenience: text prompts in, decoded completions (EOS removed) out."""
     return generate(model, prompts, config, tokenizer=tokenizer, **kwargs).texts(tokenizer)

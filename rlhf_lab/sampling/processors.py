@@ -177,7 +177,8 @@ def apply_min_p(scores: torch.Tensor, min_p: float, min_tokens_to_keep: int = 1)
 # The chain
 
 
-def build_stages(config: SamplingConfig, attention_mask: torch.Tensor | None = None) -> list[tuple[str, Stage]]:
+def build_stages(config: SamplingConfig,
+                 attention_mask: torch.Tensor | None = None) -> list[tuple[str, Stage]]:
     """The active processing stages, in `model.generate`'s order, as (name, fn(scores, input_ids)).
 
     Stages that would be no-ops (penalty 1, top_k 0, top_p 1, min_p 0, temperature 1) are left out,
@@ -189,7 +190,8 @@ def build_stages(config: SamplingConfig, attention_mask: torch.Tensor | None = N
         stages.append(("repetition_penalty",
                        lambda s, ids: apply_repetition_penalty(s, ids, c.repetition_penalty, attention_mask)))
     if c.no_repeat_ngram_size > 0:
-        stages.append(("no_repeat_ngram", lambda s, ids: apply_no_repeat_ngram(s, ids, c.no_repeat_ngram_size)))
+        stages.append(("no_repeat_ngram",
+                       lambda s, ids: apply_no_repeat_ngram(s, ids, c.no_repeat_ngram_size)))
     if not c.do_sample:  # greedy stops here, as in HF: the warpers below never move the argmax
         return stages
     if c.temperature != 1.0:
@@ -309,7 +311,9 @@ def explain_filters(
         input_ids_2d = torch.zeros(scores_2d.shape[0], 0, dtype=torch.long, device=scores.device)
     else:
         input_ids_2d = input_ids[None, :] if input_ids.dim() == 1 else input_ids
-    mask_2d = attention_mask[None, :] if attention_mask is not None and attention_mask.dim() == 1 else attention_mask
+    mask_2d = attention_mask
+    if attention_mask is not None and attention_mask.dim() == 1:
+        mask_2d = attention_mask[None, :]
 
     scores_2d = scores_2d.float()
     removed_at = torch.full(scores_2d.shape, -1, dtype=torch.long)  # index into stage_names, -1 = kept
