@@ -13,7 +13,7 @@ import torch
 
 from ..model.kv_cache import DynamicCache
 from ..model.rope import RotaryEmbedding, apply_rope, rotate_half
-from ..model.transformer import grouped_attention
+from ..model.transformer import eager_attention
 from ..sampling.processors import apply_repetition_penalty, apply_temperature, apply_top_k, apply_top_p
 from .core import Case, Exercise, Mistake, spec_cases
 
@@ -106,7 +106,8 @@ def _penalty_ignores_sign(scores, input_ids, penalty):
 
 
 def _penalty_per_occurrence(scores, input_ids, penalty):
-    counts = torch.zeros_like(scores).scatter_add(1, input_ids, torch.ones_like(input_ids, dtype=scores.dtype))
+    ones = torch.ones_like(input_ids, dtype=scores.dtype)
+    counts = torch.zeros_like(scores).scatter_add(1, input_ids, ones)
     factor = penalty ** counts
     return torch.where(scores < 0, scores * factor, scores / factor)
 
@@ -118,18 +119,19 @@ def _penalty_inverted(scores, input_ids, penalty):
 
 def penalty_cases(seed: int) -> list[Case]:
     cases = [Case("one negative, one positive seen logit", {
-        "scores": torch.tensor([[2.0, -1.0, 0.5, 3.0]]), "input_ids": torch.tensor([[0, 1, 1]]), "penalty": 1.2})]
+        "scores": torch.tensor([[2.0, -1.0, 0.5, 3.0]]), "input_ids": torch.tensor([[0, 1, 1]]),
+        "penalty": 1.2})]
     g = _generator(seed)
     for i, penalty in enumerate([1.2, 1.5, 0.8]):
         cases.append(Case(f"random {i}: penalty {penalty}", {
-            "scores": torch.randn(3, 10, generator=g) * 2, "input_ids": torch.randint(0, 10, (3, 6), generator=g),
-            "penalty": penalty}))
+            "scores": torch.randn(3, 10, generator=g) * 2,
+            "input_ids": torch.randint(0, 10, (3, 6), generator=g), "penalty": penalty}))
     return cases
 
 
 PENALTY_MISTAKES = (
-    Mistake("ignores_logit_sign", "dividing a NEGATIVE logit by the penalty raises it (-2 / 1.2 = -1.67): the "
-            "seen token becomes MORE likely. Multiply negative logits, divide positive ones (HF's form).",
+    Mistake("ignores_logit_sign", "dividing a NEGATIVE logit by the penalty raises it (-2 / 1.2 = -1.67): "
+            "the seen token becomes MORE likely. Multiply negative logits, divide positive ones (HF's form).",
             _penalty_ignores_sign),
     Mistake("penalised_per_occurrence", "each token id is penalised once, however many times it occurs "
             "(HF gathers the unique ids); counts are the frequency penalty, a different knob.",
@@ -235,12 +237,12 @@ ROPE_COMPLEX_MISTAKES = (
 
 
 def attention_decode_step(q, k_new, v_new, k_cache, v_cache):
-    """The package's pieces: DynamicCache.update appends along the sequence axis, grouped_attention
-    attends (GQA without copying k/v). Returns (out, k_cache, v_cache)."""
+    """The package's pieces: DynamicCache.update appends along the sequence axis, eager_attention
+    attends (GQA by repeating each kv head for its query heads). Returns (out, k_cache, v_cache)."""
     cache = DynamicCache()
     cache.update(0, k_cache, v_cache)
     keys, values = cache.update(0, k_new, v_new)  # (B, K, S + 1, D)
-    return grouped_attention(q, keys, values, None), keys, values
+    return eager_attention(q, keys, values, None), keys, values
 
 
 def _decode_variant(no_scale=False, repeat_wrong=False, only_past=False, causal_mask=False):
@@ -248,7 +250,12 @@ def _decode_variant(no_scale=False, repeat_wrong=False, only_past=False, causal_
         keys, values = torch.cat((k_cache, k_new), 2), torch.cat((v_cache, v_new), 2)
         k_att, v_att = (k_cache, v_cache) if only_past else (keys, values)
         group = q.shape[1] // k_att.shape[1]
-        expand = (lambda t: t.repeat(1, group, 1, 1)) if repeat_wrong else (lambda t: t.repeat_interleave(group, 1))
+        if repeat_wrong:
+            def expand(t):
+                return t.repeat(1, group, 1, 1)
+        else:
+            def expand(t):
+                return t.repeat_interleave(group, 1)
         k_att, v_att = expand(k_att), expand(v_att)
         scores = q @ k_att.transpose(-1, -2)
         if not no_scale:
@@ -264,7 +271,8 @@ def _decode_variant(no_scale=False, repeat_wrong=False, only_past=False, causal_
 def decode_cases(seed: int) -> list[Case]:
     g = _generator(seed)
     cases = []
-    for i, (batch, heads, kv_heads, past, dim) in enumerate([(1, 2, 2, 3, 4), (2, 4, 2, 5, 8), (2, 6, 2, 4, 4)]):
+    shapes = [(1, 2, 2, 3, 4), (2, 4, 2, 5, 8), (2, 6, 2, 4, 4)]
+    for i, (batch, heads, kv_heads, past, dim) in enumerate(shapes):
         cases.append(Case(f"random {i}: {heads} query heads, {kv_heads} kv heads, {past} cached", {
             "q": torch.randn(batch, heads, 1, dim, generator=g) * 2,
             "k_new": torch.randn(batch, kv_heads, 1, dim, generator=g),
@@ -336,7 +344,8 @@ def backward_cases(seed: int) -> list[Case]:
     for i, (batch, heads, seq, dim, causal) in enumerate([(1, 1, 3, 4, False), (2, 2, 5, 8, False),
                                                          (2, 1, 4, 4, True), (1, 3, 6, 8, True)]):
         cases.append(Case(f"random {i}: seq {seq}, d {dim}, causal {causal}", {
-            **{name: torch.randn(batch, heads, seq, dim, generator=g) for name in ("q", "k", "v", "grad_out")},
+            **{name: torch.randn(batch, heads, seq, dim, generator=g)
+               for name in ("q", "k", "v", "grad_out")},
             "causal": causal}))
     return cases
 
@@ -372,8 +381,8 @@ EXERCISES = [
         source="transformers generation/logits_process.py",
     ),
     Exercise(
-        name="repetition_penalty", title="repetition penalty (sign-aware)", topic="sampling", difficulty="easy",
-        minutes=10,
+        name="repetition_penalty", title="repetition penalty (sign-aware)", topic="sampling",
+        difficulty="easy", minutes=10,
         signature='''def repetition_penalty(scores: torch.Tensor, input_ids: torch.Tensor, penalty: float) -> torch.Tensor:
     """Penalise every token id present in input_ids (batch, seq); scores (batch, vocab) -> (batch, vocab).
 
@@ -405,8 +414,8 @@ EXERCISES = [
         source="RoFormer (arXiv 2104.09864); transformers",
     ),
     Exercise(
-        name="rope_complex", title="RoPE, complex form (Meta's llama)", topic="attention", difficulty="medium",
-        minutes=15,
+        name="rope_complex", title="RoPE, complex form (Meta's llama)", topic="attention",
+        difficulty="medium", minutes=15,
         signature='''def rope_complex(x: torch.Tensor, position_ids: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
     """Rotary position embedding, Meta's layout: dims (2i, 2i+1) form the complex number x_2i + i x_2i+1,
     multiplied by e^{i * position * theta_i}, theta_i = base^(-2i/d). x: (batch, heads, seq, d);
