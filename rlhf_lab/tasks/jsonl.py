@@ -18,6 +18,7 @@ from typing import Any
 
 from rlhf_lab.tasks.base import Example
 from rlhf_lab.tasks.registry import get_task
+from rlhf_lab.util.atomic import naming
 from rlhf_lab.util.validation import check_number
 
 # (registry name, parameters). The three addition formats use the same digits and seed, hence the
@@ -44,10 +45,13 @@ def example_to_json(example: Example) -> str:
 def write_jsonl(path: str | Path, examples: Iterable[Example]) -> Path:
     """Write examples to `path`, one JSON object per line; returns the path."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8", newline="\n") as f:
-        for example in examples:
-            f.write(example_to_json(example) + "\n")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8", newline="\n") as f:
+            for example in examples:
+                f.write(example_to_json(example) + "\n")
+    except OSError as exc:  # a full disk or a read-only folder: say which file
+        raise naming(exc, path) from exc
     return path
 
 
@@ -99,7 +103,10 @@ def write_datasets(
     for name, value in (("n_train", n_train), ("n_test", n_test), ("n_ood", n_ood)):
         check_number(name, value, low=1, integer=True)  # an empty split is no dataset
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise naming(exc, out_dir) from exc
     written: dict[str, Path] = {}
     manifest: dict[str, Any] = {
         "seed": seed,
@@ -118,7 +125,10 @@ def write_datasets(
             files[split] = {"file": file_name, "examples": len(examples)}
         manifest["tasks"][name] = {"params": task.params(), "files": files}
     manifest_path = out_dir / "manifest.json"
-    with manifest_path.open("w", encoding="utf-8", newline="\n") as f:
-        f.write(json.dumps(manifest, sort_keys=True, indent=1) + "\n")
+    try:
+        with manifest_path.open("w", encoding="utf-8", newline="\n") as f:
+            f.write(json.dumps(manifest, sort_keys=True, indent=1) + "\n")
+    except OSError as exc:
+        raise naming(exc, manifest_path) from exc
     written["manifest.json"] = manifest_path
     return written

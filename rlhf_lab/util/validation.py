@@ -160,9 +160,7 @@ def constraints(config_class: type) -> dict[str, Constraint]:
         return cached
     rules: dict[str, Constraint] = {}
     for field in dataclasses.fields(config_class):
-        declared = next((klass.__dataclass_fields__[field.name] for klass in config_class.__mro__
-                         if field.name in getattr(klass, "__dataclass_fields__", {})
-                         and "setting" in klass.__dataclass_fields__[field.name].metadata), None)
+        declared = _declaration(config_class, field.name)
         if declared is not None:
             kinds, optional = _annotation_kinds(declared.type)
             rules[field.name] = Constraint(kinds=kinds, optional=optional, **declared.metadata["setting"])
@@ -170,10 +168,22 @@ def constraints(config_class: type) -> dict[str, Constraint]:
     return rules
 
 
+def _declaration(config_class: type, name: str) -> dataclasses.Field | None:
+    """The field `name` as the nearest class in the MRO declares it with `setting`, or None."""
+    for klass in config_class.__mro__:
+        field = getattr(klass, "__dataclass_fields__", {}).get(name)
+        if field is not None and "setting" in field.metadata:
+            return field
+    return None
+
+
 def help_text(config_class: type) -> dict[str, str]:
-    """{field: its help} for every field of a config class that declares one."""
-    return {field.name: field.metadata["help"] for field in dataclasses.fields(config_class)
-            if field.metadata.get("help")}
+    """{field: its help} for every field of a config class that declares one (a base class's help
+    for a field a subclass only gives a new default)."""
+    names = [field.name for field in dataclasses.fields(config_class)]
+    declared = {name: _declaration(config_class, name) for name in names}
+    return {name: field.metadata["help"] for name, field in declared.items()
+            if field is not None and field.metadata["help"]}
 
 
 _VALIDATING: set[int] = set()  # ids of configs whose checks are running (their own reassignments pass)
