@@ -32,7 +32,7 @@ from .train.evaluate import greedy_accuracy
 from .train.loop import SupervisedLoop, backward_and_step
 from .train.run_state import Checkpointer, has_state, remaining
 from .util.device import autocast, check_device, pick_device
-from .util.limits import check_memory, check_positions, check_tokenizer_fits, training_bytes
+from .util.limits import check_memory, check_sequence_length, check_tokenizer_fits, training_bytes
 from .util.validation import Validated, setting
 
 # The lab model's size: the shipped checkpoints' (data/checkpoints/README.md says why this size).
@@ -180,7 +180,7 @@ class SFTTrainer(SupervisedLoop):
         check_tokenizer_fits(tokenizer, self.model.config)
         # Every example encoded once, right-padded: (N, L) token ids and the completion mask.
         self.input_ids, self.loss_mask = encode_examples(tokenizer, self.train_examples, self.device)
-        check_positions(self.model.config, 0, self.input_ids.shape[1], "the longest training example (tokens)")
+        check_sequence_length(self.model.config, self.input_ids.shape[1], "the longest training example")
         self.check_batch_fits()
         self.start(callbacks)
 

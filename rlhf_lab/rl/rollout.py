@@ -14,6 +14,7 @@ P = prompt width (left-padded), T = completion width (right-padded after EOS).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from numbers import Real
@@ -145,6 +146,9 @@ def score_completions(reward_fn, prompts: Sequence[str], completions: Sequence[s
     inf: it raises NonFiniteLossError saying so, which stops the trainer the same way."""
     if hasattr(reward_fn, "score_batch"):
         values = reward_fn.score_batch(list(prompts), list(completions), list(answers), list(finished))
+        if not isinstance(values, (Sequence, torch.Tensor)):
+            raise TypeError(f"reward {reward_name(reward_fn)}.score_batch must return a sequence of "
+                            f"{len(completions)} numbers, got {values!r:.80}")
         values = values.tolist() if isinstance(values, torch.Tensor) else list(values)
         if len(values) != len(completions):
             raise ValueError(f"reward {reward_name(reward_fn)}.score_batch returned {len(values)} values for "
@@ -157,7 +161,8 @@ def score_completions(reward_fn, prompts: Sequence[str], completions: Sequence[s
             raise TypeError(f"reward {reward_name(reward_fn)} must return a number, got {value!r} for "
                             f"completion {completions[i]!r} of prompt {prompts[i]!r}")
         try:
-            beyond = abs(float(value)) > largest  # NaN and inf are not beyond: the trainer stops on them
+            number = float(value)
+            beyond = math.isfinite(number) and abs(number) > largest  # NaN, inf: the trainer stops on them
         except OverflowError:  # an int too large for any float
             beyond = True
         if beyond:
