@@ -89,7 +89,8 @@ def test_every_config_declares_every_field_and_refuses_a_bad_assignment(config_c
 def test_the_rl_configs_read_as_declarations():
     """RLConfig's own checks are the two rules between fields; the rest is declared with each field."""
     config = make_config("gspo")
-    assert constraints(type(config))["epsilon"].lt == 1 and config.epsilon == 3e-4  # GSPO's value, RLConfig's rule
+    assert constraints(type(config))["epsilon"].lt == 1  # RLConfig's rule...
+    assert config.epsilon == 3e-4  # ...for GSPO's default
     with pytest.raises(ValueError, match="num_minibatches \\(3\\) must divide"):
         config.num_minibatches = 3
     with pytest.raises(ValueError, match="num_generations must satisfy 2 <= num_generations"):
