@@ -396,6 +396,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(message) -> str:
+    """An error message on one line (a library's own message may span several)."""
+    return " ".join(str(message).split())
+
+
 def describe_os_error(error: OSError, args: argparse.Namespace) -> str:
     """One line for an OSError: which file or folder, what is wrong, what to do (and, when the
     folder holds a run, how to continue it)."""
@@ -446,10 +451,11 @@ def main(argv: list[str] | None = None) -> int:
                 return COMMANDS[args.command](args)
             except (ValueError, FolderInUseError) as error:
                 # validation names the field and allowed values; a folder in use says so
-                parser.exit(2, f"{parser.prog} {args.command}: error: {error}\n")
+                parser.exit(2, f"{parser.prog} {args.command}: error: {one_line(error)}\n")
             except OSError as error:  # a folder not writable, a full disk, a file that cannot be read
                 code = 2 if isinstance(error, PermissionError) and error.errno is None else 1
-                parser.exit(code, f"{parser.prog} {args.command}: error: {describe_os_error(error, args)}\n")
+                message = one_line(describe_os_error(error, args))
+                parser.exit(code, f"{parser.prog} {args.command}: error: {message}\n")
             finally:
                 warnings.showwarning = shown
     except KeyboardInterrupt:

@@ -336,10 +336,9 @@ class DPOTrainer(SupervisedLoop):
             self.eval_rollout = encode_pairs(tokenizer, self.eval_pairs, self.device)
             check_sequence_length(self.model.config, self.eval_rollout.input_ids.shape[1],
                                   "the longest eval pair (prompt + completion)")
-        # online: the longest training prompt, then a generated completion
-        self.prompt_tokens = max(len(tokenizer.encode(e.prompt, add_bos=True)) for e in self.train_examples)
-        if config.online:
-            check_positions(self.model.config, self.prompt_tokens, self.max_completion_length,
+        self._prompt_tokens = None
+        if config.online:  # the longest training prompt, then a generated completion
+            check_positions(self.model.config, self.prompt_tokens(), self.max_completion_length,
                             "max_completion_length")
         self.check_batch_fits()
         if self.pairs:
@@ -356,12 +355,19 @@ class DPOTrainer(SupervisedLoop):
         c, model_config = self.config, self.model.config
         rows = 2 * c.batch_size
         if c.online:
-            length = self.prompt_tokens + self.max_completion_length
-            needed = generation_bytes(model_config, rows, self.prompt_tokens, self.max_completion_length)
+            length = self.prompt_tokens() + self.max_completion_length
+            needed = generation_bytes(model_config, rows, self.prompt_tokens(), self.max_completion_length)
         else:
             length, needed = self.pair_rollout.input_ids.shape[1], 0
         check_memory(needed + training_bytes(model_config, rows, length), self.device,
                      f"a DPO step of {c.batch_size} pairs", "batch_size")
+
+    def prompt_tokens(self) -> int:
+        """Tokens of the longest training prompt (online DPO samples after it), counted once."""
+        if self._prompt_tokens is None:
+            encode = self.tokenizer.encode
+            self._prompt_tokens = max(len(encode(e.prompt, add_bos=True)) for e in self.train_examples)
+        return self._prompt_tokens
 
     def before_train(self) -> None:
         self.check_batch_fits()

@@ -122,8 +122,8 @@ def read_trainer_state(path: Path, sha256: str | None) -> dict:
         state = torch.load(path, weights_only=True)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(f"{path} was refused as unsafe: it holds objects other than tensors and plain "
-                              f"data (loading them could run code): the lab did not write it ({exc})"
-                              ) from exc
+                              f"data (loading them could run code): the lab did not write it "
+                              f"({str(exc).splitlines()[0]})") from exc
     except (RuntimeError, EOFError, OSError, ValueError) as exc:
         raise CheckpointError(f"{path} is corrupt or truncated ({exc}); {DAMAGED}") from exc
     if not isinstance(state, dict):
