@@ -40,6 +40,7 @@ from rlhf_lab.cli import main
 from rlhf_lab.model.hf import from_pretrained, save_pretrained
 from rlhf_lab.preferences.data import load_preferences, read_preferences
 from rlhf_lab.preferences.dpo import DPOConfig, DPOTrainer
+from rlhf_lab.preferences.overoptimization import TimedReward
 from rlhf_lab.preferences.reward_model import RewardConfig, RewardModel
 from rlhf_lab.rl import Trainer, make_config
 from rlhf_lab.sampling import SamplingConfig, generate
@@ -622,6 +623,17 @@ def test_resume_refuses_starting_weights_that_changed(tmp_path):
     with pytest.raises(CheckpointError, match=changed):
         fresh.resume(tmp_path / "state")
     assert fresh.step == 0
+
+
+def test_resume_refuses_a_reward_model_that_changed(tmp_path):
+    reward_model = RewardModel.from_pretrained("reward_model")
+    trainer = Trainer(tiny("grpo"), reward_fn=TimedReward(reward_model))  # found inside a wrapper too
+    trainer.train(steps=1)
+    trainer.save_state(tmp_path / "state")
+    with torch.no_grad():
+        reward_model.model.value_head.weight.add_(0.01)
+    with pytest.raises(CheckpointError, match=r"the run's reward_model \(sha256 \w+ when the run started"):
+        Trainer(tiny("grpo"), reward_fn=reward_model).resume(tmp_path / "state")
 
 
 def test_every_shipped_checkpoint_carries_the_sha256_of_its_weights(tmp_path, monkeypatch):

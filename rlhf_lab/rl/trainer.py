@@ -26,7 +26,7 @@ from ..checkpoints import model_and_tokenizer
 from ..model.lora import adapters_disabled, add_lora, merged_model
 from ..sampling import SamplingConfig
 from ..tasks import get_task
-from ..tasks.rewards import WeightedReward, check_reward_fn
+from ..tasks.rewards import check_reward_fn
 from ..train.callbacks import Callback, NonFiniteLossError, call_hooks
 from ..train.evaluate import completion_budget, greedy_accuracy
 from ..train.loop import TrainingLoop, backward_and_step
@@ -341,9 +341,7 @@ class Trainer(TrainingLoop):
             reference = self.ref_model if self.ref_model is not None else {
                 name: tensor for name, tensor in self.policy.state_dict().items() if "lora_" not in name}
             self._identity = {"reference": weights_sha256([reference])}
-            reward = self.reward_fn
-            parts = reward.rewards.values() if isinstance(reward, WeightedReward) else [reward]
-            learned = [part for part in parts if isinstance(part, torch.nn.Module)]
+            learned = learned_models(self.reward_fn)
             if learned:
                 self._identity["reward_model"] = weights_sha256(learned)
         return self._identity
@@ -376,6 +374,23 @@ class Trainer(TrainingLoop):
         if distributions is not None:
             self.distributions.append(distributions)
         return row
+
+
+def learned_models(reward, depth: int = 3) -> list[torch.nn.Module]:
+    """The torch modules a reward holds: itself, or those among its attributes and their containers
+    (a WeightedReward's parts, a TimedReward's reward, an ensemble's members), `depth` levels down."""
+    if isinstance(reward, torch.nn.Module):
+        return [reward]
+    if depth == 0 or isinstance(reward, (str, bytes, type)):
+        return []
+    if isinstance(reward, dict):
+        parts = list(reward.values())
+    elif isinstance(reward, (list, tuple)):
+        parts = list(reward)
+    else:
+        parts = list(getattr(reward, "__dict__", {}).values())
+    found = {id(module): module for part in parts for module in learned_models(part, depth - 1)}
+    return list(found.values())
 
 
 def check_rollout_fits(trainer: Trainer) -> None:
