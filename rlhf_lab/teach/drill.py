@@ -114,6 +114,7 @@ Q20_SECTION = S(NB05, "6. Q20 — REINFORCE → baseline → actor-critic → TR
 NB04 = "04_sft_and_data_format.ipynb"
 Q15_HEADING = ("Q15 — Chain-of-thought then answer, or answer then explanation: which generalises better, "
                "and why?")
+GSPO_MOE_SECTION = S(NB08, "6. Q14 — Why GSPO helps Mixture-of-Experts models (measured in notebook 15)")
 OFFLINE_DPO_SECTION = S(NB12, "7. Offline vs online DPO vs RLHF (reward model + GRPO), at equal CPU time")
 
 QUESTIONS: tuple[Question, ...] = (
@@ -300,7 +301,7 @@ QUESTIONS: tuple[Question, ...] = (
         "token 级奖励则直接给每一步打分。",
         "**Outcome rewards blame every token of a wrong answer, right steps included.** Only many samples "
         "average it out. Process rewards, or a critic that has learned, assign credit per step.",
-        "**结果奖励会让错误答案里的每个 token 一起背锅，正确的步骤也不例外。** 只有大量采样才能把它平均掉。"
+        "**结果奖励会让错误答案里的每个 token 一起受罚，正确的步骤也不例外。** 只有大量采样才能把它平均掉。"
         "过程奖励，或者真正学好了的价值模型，才能按步骤分配信用。",
         (CREDIT_SECTION,)),
     Question(
@@ -373,7 +374,7 @@ QUESTIONS: tuple[Question, ...] = (
         "**GSPO 每个回答只用一个按长度归一化的比率，比率和裁剪的单位与奖励一致。** 它的裁剪范围比 GRPO 小得多，"
         "而不是更大。它对 MoE 模型有帮助，因为那里逐 token 的比率还夹杂着路由变化带来的噪声。",
         (S(NB08, "4. Q14 — The clipped fraction: GSPO vs GRPO, and the \"larger clip range\" myth"),
-         S(NB08, "6. Q14 — Why GSPO helps Mixture-of-Experts models (measured in notebook 15)"),
+         GSPO_MOE_SECTION,
          S(NB15, "6. Q14 (MoE part) in an interview, and the \"load imbalance\" folklore"))),
     Question(
         15, "B", "SFT 数据格式：先推理后答案，还是先答案后解释？", "SFT data: reasoning first or answer first?",
@@ -590,7 +591,7 @@ QUESTIONS: tuple[Question, ...] = (
         "often as you like. GRPO samples each prompt $G$ times, which is a reset. Resets are hard only for "
         "agents whose tools have side effects, such as a live website or a real user; those need sandboxes "
         "or snapshots.",
-        "传统强化学习里，智能体在一个有自身动力学的环境中行动，过程中不断获得奖励，从零开始靠试错学习。RLHF 的"
+        "传统强化学习里，智能体在一个有自己状态转移规律的环境中行动，过程中不断获得奖励，从零开始靠试错学习。RLHF 的"
         "“环境”是提示词分布加上奖励模型或判分程序，状态转移极其简单：新状态就是在文本后面接上新 token。策略从预训练"
         "模型出发，奖励通常每个回答只给一次，还要用 KL 让策略靠近参考模型。“大模型场景下无法进行环境重置”这个前提"
         "站不住：每个提示词都是一个全新的回合，而状态就是文本，想从哪个提示词、甚至哪个前缀重新开始都可以，次数不限。"
@@ -637,7 +638,7 @@ QUESTIONS: tuple[Question, ...] = (
         "dense models expect little difference.",
         "**不对：论文报告的是 GSPO 在大型 MoE 训练上效率更高、更稳定，并没有给出两到三倍的数字。** 要说加速多少，"
         "得在同等成本下，用多个种子比较达到目标所需的步数。在稠密模型上差别应该不大。",
-        (S(NB09, "3. The summary table"),
+        (S(NB09, "3. The summary table"), GSPO_MOE_SECTION,
          S(NB15, "4. GRPO, GRPO + Routing Replay and GSPO at equal CPU cost"))),
     Question(
         30, "D", "离线强化学习与在线强化学习有什么区别？", "Offline RL vs online RL",
