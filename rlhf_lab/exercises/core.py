@@ -790,7 +790,8 @@ def show_value(value: Any, other: Any = None) -> str:
         suffix = f", shape {_shape_text(value.shape)}" if value.dim() != 1 else ""
         return f"tensor({body}{suffix})"
     if isinstance(value, float):
-        return f"{value:.6g}"
+        text = f"{value:.6g}"
+        return text if any(c in text for c in ".en") else text + ".0"  # 1.0 stays a float to the eye
     if isinstance(value, (tuple, list)):
         others = other if isinstance(other, (tuple, list)) and len(other) == len(value) else [None] * len(value)
         inner = ", ".join(show_value(v, o) for v, o in zip(value, others))
@@ -839,6 +840,7 @@ WORDS = {
         "got": "  got      {value}",
         "raised": "raised {error}: {message}",
         "at_line": " (at `{line}`)",
+        "output_key": "output",
         "key_agrees": "  {key}: agrees",
         "key_differs": "  {key}: expected {expected}\n  {pad}  got      {got}",
         "more_notes": "Also: {text}",
@@ -889,6 +891,7 @@ WORDS = {
         "got": "  实际 {value}",
         "raised": "抛出 {error}：{message}",
         "at_line": "（出错行：`{line}`）",
+        "output_key": "输出",
         "key_agrees": "  {key}：一致",
         "key_differs": "  {key}：期望 {expected}\n  {pad}  实际 {got}",
         "more_notes": "另外：{text}",
@@ -919,9 +922,9 @@ def _structure_text(words: dict, exercise: Exercise, lang: str, problem: tuple[s
 def _which(cases: list[Case], indices: list[int], lang: str, limit: int = 3) -> str:
     labels = [f"'{cases[i].label(lang)}'" if lang == "en" else f"「{cases[i].label(lang)}」" for i in indices[:limit]]
     more = len(indices) - limit
-    if more > 0:
-        labels.append(f"+{more}")
-    return ", ".join(labels) if lang == "en" else "、".join(labels)
+    if lang == "zh":
+        return "、".join(labels) + ("等" if more > 0 else "")
+    return ", ".join(labels + ([f"+{more}"] if more > 0 else []))
 
 
 @dataclass
@@ -1111,10 +1114,13 @@ class CheckResult:
                     words["got"].format(value=one(got, expected, True))]
         lines = []
         for key in expected:  # an observation with gradients: say which part differs
+            label = words["output_key"] if key == "output" else key
             if values_agree(got[key], expected[key], self.exercise.tolerance):
-                lines.append(words["key_agrees"].format(key=key))
+                if key == "output":  # "the value is right, the gradient is not" is the lesson
+                    lines.append(words["key_agrees"].format(key=label))
             else:
-                lines.append(words["key_differs"].format(key=key, pad=" " * len(key), expected=show_value(
+                pad = " " * (len(label) * (2 if lang == "zh" and key == "output" else 1))
+                lines.append(words["key_differs"].format(key=label, pad=pad, expected=show_value(
                     expected[key], got[key]), got=show_value(got[key], expected[key])))
         return lines
 
