@@ -13,7 +13,7 @@ import torch
 
 from ..model.kv_cache import DynamicCache
 from ..model.rope import RotaryEmbedding, apply_rope, rotate_half
-from ..model.transformer import grouped_attention
+from ..model.transformer import eager_attention
 from ..sampling.processors import apply_repetition_penalty, apply_temperature, apply_top_k, apply_top_p
 from .core import Case, Exercise, Mistake, spec_cases
 
@@ -133,7 +133,8 @@ def _penalty_ignores_sign(scores, input_ids, penalty):
 
 
 def _penalty_per_occurrence(scores, input_ids, penalty):
-    counts = torch.zeros_like(scores).scatter_add(1, input_ids, torch.ones_like(input_ids, dtype=scores.dtype))
+    ones = torch.ones_like(input_ids, dtype=scores.dtype)
+    counts = torch.zeros_like(scores).scatter_add(1, input_ids, ones)
     factor = penalty ** counts
     return torch.where(scores < 0, scores * factor, scores / factor)
 
@@ -278,12 +279,12 @@ ROPE_COMPLEX_MISTAKES = (
 
 
 def attention_decode_step(q, k_new, v_new, k_cache, v_cache):
-    """The package's pieces: DynamicCache.update appends along the sequence axis, grouped_attention
-    attends (GQA without copying k/v). Returns (out, k_cache, v_cache)."""
+    """The package's pieces: DynamicCache.update appends along the sequence axis, eager_attention
+    attends (GQA by repeating each kv head for its query heads). Returns (out, k_cache, v_cache)."""
     cache = DynamicCache()
     cache.update(0, k_cache, v_cache)
     keys, values = cache.update(0, k_new, v_new)  # (B, K, S + 1, D)
-    return grouped_attention(q, keys, values, None), keys, values
+    return eager_attention(q, keys, values, None), keys, values
 
 
 def _decode_variant(no_scale=False, repeat_wrong=False, only_past=False, causal_mask=False):
@@ -291,7 +292,12 @@ def _decode_variant(no_scale=False, repeat_wrong=False, only_past=False, causal_
         keys, values = torch.cat((k_cache, k_new), 2), torch.cat((v_cache, v_new), 2)
         k_att, v_att = (k_cache, v_cache) if only_past else (keys, values)
         group = q.shape[1] // k_att.shape[1]
-        expand = (lambda t: t.repeat(1, group, 1, 1)) if repeat_wrong else (lambda t: t.repeat_interleave(group, 1))
+        if repeat_wrong:
+            def expand(t):
+                return t.repeat(1, group, 1, 1)
+        else:
+            def expand(t):
+                return t.repeat_interleave(group, 1)
         k_att, v_att = expand(k_att), expand(v_att)
         scores = q @ k_att.transpose(-1, -2)
         if not no_scale:
@@ -307,7 +313,8 @@ def _decode_variant(no_scale=False, repeat_wrong=False, only_past=False, causal_
 def decode_cases(seed: int) -> list[Case]:
     g = _generator(seed)
     cases = []
-    for i, (batch, heads, kv_heads, past, dim) in enumerate([(1, 2, 2, 3, 4), (2, 4, 2, 5, 8), (2, 6, 2, 4, 4)]):
+    shapes = [(1, 2, 2, 3, 4), (2, 4, 2, 5, 8), (2, 6, 2, 4, 4)]
+    for i, (batch, heads, kv_heads, past, dim) in enumerate(shapes):
         cases.append(Case(f"random {i}: {heads} query heads, {kv_heads} kv heads, {past} cached", {
             "q": torch.randn(batch, heads, 1, dim, generator=g) * 2,
             "k_new": torch.randn(batch, kv_heads, 1, dim, generator=g),
@@ -432,8 +439,8 @@ EXERCISES = [
                   "顺序：先算 scores / T。"),
     ),
     Exercise(
-        name="repetition_penalty", title="repetition penalty (sign-aware)", topic="sampling", difficulty="easy",
-        minutes=10,
+        name="repetition_penalty", title="repetition penalty (sign-aware)", topic="sampling",
+        difficulty="easy", minutes=10,
         signature='''def repetition_penalty(scores: torch.Tensor, input_ids: torch.Tensor, penalty: float) -> torch.Tensor:
     """Penalise every token id present in input_ids (batch, seq); scores (batch, vocab) -> (batch, vocab).
 
@@ -482,8 +489,8 @@ EXERCISES = [
                   "cos/sin 需要一个头的维度：`[:, None]`。"),
     ),
     Exercise(
-        name="rope_complex", title="RoPE, complex form (Meta's llama)", topic="attention", difficulty="medium",
-        minutes=15,
+        name="rope_complex", title="RoPE, complex form (Meta's llama)", topic="attention",
+        difficulty="medium", minutes=15,
         signature='''def rope_complex(x: torch.Tensor, position_ids: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
     """Rotary position embedding, Meta's layout: dims (2i, 2i+1) form the complex number x_2i + i x_2i+1,
     multiplied by e^{i * position * theta_i}, theta_i = base^(-2i/d). x: (batch, heads, seq, d);
