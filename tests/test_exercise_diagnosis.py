@@ -63,8 +63,9 @@ def test_bnpo_aggregation_without_detach_is_named_as_two_mistakes():
     assert result.combination and named_in_one_line(result, "token_mean_over_batch", "ratio_not_detached")
 
 
-def dpo_naive_without_smoothing(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps,
-                                chosen_mask, rejected_mask, beta=0.1, label_smoothing=0.0, loss_type="sigmoid"):
+def dpo_naive_without_smoothing(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps,
+                                ref_rejected_logps, chosen_mask, rejected_mask, beta=0.1, label_smoothing=0.0,
+                                loss_type="sigmoid"):
     def logp(token_logps, mask):
         total = (token_logps * mask).sum(-1)
         return total / mask.sum(-1) if loss_type == "ipo" else total
@@ -142,15 +143,16 @@ def test_a_missing_or_unexpected_argument_is_named_in_one_line_before_any_case()
         return lo
 
     result, _ = verdict("isqrt_binary_search", isqrt_binary_search)
-    assert result.diagnosis_line == "Signature: unexpected argument lo: your function takes (n, lo), the exercise " \
-                                    "passes (n)."
+    assert result.diagnosis_line == ("Signature: unexpected argument lo: your function takes (n, lo), the "
+                                     "exercise passes (n).")
 
 
 def test_an_optional_argument_left_out_is_called_without_it_and_named():
-    def dpo_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_mask,
-                 rejected_mask, beta=0.1, label_smoothing=0.0):
-        return exercises.reference("dpo_loss")(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps,
-                                               ref_rejected_logps, chosen_mask, rejected_mask, beta, label_smoothing)
+    def dpo_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps,
+                 chosen_mask, rejected_mask, beta=0.1, label_smoothing=0.0):
+        reference = exercises.reference("dpo_loss")
+        return reference(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps,
+                         chosen_mask, rejected_mask, beta, label_smoothing)
 
     result, _ = verdict("dpo_loss", dpo_loss)
     assert result.certain and result.mistake_names == ["loss_type_ignored"]
@@ -166,8 +168,8 @@ def dpo_mean_of_pairs(policy_chosen_logps, policy_rejected_logps, ref_chosen_log
 
 def test_a_scalar_instead_of_per_pair_losses_is_named_as_such():
     result, chinese = verdict("dpo_loss", dpo_mean_of_pairs)
-    assert result.diagnosis_line == ("Output: returns one number (shape ()) where one loss per pair is expected "
-                                     "(shape (1,)); it equals their mean: drop the final .mean().")
+    assert result.diagnosis_line == ("Output: returns one number (shape ()) where one loss per pair is "
+                                     "expected (shape (1,)); it equals their mean: drop the final .mean().")
     assert "每个偏好对各一个损失值" in chinese.diagnosis_line and ".mean()" in chinese.diagnosis_line
 
 
@@ -297,8 +299,8 @@ def test_a_mistake_that_explains_part_of_the_failures_is_named_with_the_part():
     result, chinese = verdict("isqrt_binary_search", isqrt_squares_from_half)
     assert result.partial and result.mistake_names == ["square_overflow"], str(result)
     explained = len(result.failing) - 1
-    assert result.diagnosis_line.startswith(f"Partly explained: [square_overflow] reproduces {explained} of the "
-                                            f"{len(result.failing)} failing cases")
+    assert result.diagnosis_line.startswith(f"Partly explained: [square_overflow] reproduces {explained} of "
+                                            f"the {len(result.failing)} failing cases")
     assert "The other 1 failing case(s) ('n=1 (int32)') have another cause" in str(result)
     assert "Smallest failing case 'n=1 (int32)'" in str(result)  # the unexplained one is shown
     assert chinese.diagnosis_line.startswith("部分解释：[square_overflow]")
@@ -337,27 +339,26 @@ def test_every_pair_of_mistakes_that_can_be_told_apart_is_named():
             checked += 1
             if result.diagnosis.kind == "certain":  # one mistake hides the other on every case
                 continue
-            assert result.combination and {a.name, b.name} <= set(result.mistake_names), (exercise.name, str(result))
+            named = {a.name, b.name} <= set(result.mistake_names)
+            assert result.combination and named, (exercise.name, str(result))
     assert checked >= 80
 
 
 def test_the_smallest_failing_case_is_printed_in_full_and_re_runs():
-    for name, function in (("dpo_loss", dpo_mean_of_pairs), ("clipped_policy_loss", clipped_loss_bnpo_not_detached),
-                           ("isqrt_binary_search", isqrt_squares_and_takes_negatives)):
+    learners = (("dpo_loss", dpo_mean_of_pairs), ("clipped_policy_loss", clipped_loss_bnpo_not_detached),
+                ("isqrt_binary_search", isqrt_squares_and_takes_negatives))
+    for name, function in learners:
         result = exercises.check(name, function)
         text = str(result)
         assert "..." not in text and "…" not in text
         lines = text.splitlines()
         start = next(i for i, line in enumerate(lines) if line.startswith("Smallest failing case")) + 1
-        end = next(i for i, line in enumerate(lines) if line.startswith("  expected") or line.startswith("  output"))
-        source = "\n".join(line[4:] for line in lines[start:end])
+        end = next(i for i, line in enumerate(lines) if line.startswith(("  expected", "  output")))
+        pasted = [line[4:] for line in lines[start:end]]
         namespace = {"torch": torch, function.__name__: function}
-        exec(compile(source.replace(f"{function.__name__}(", "_result = " + function.__name__ + "(", 1)
-                     if "import" not in source else source.replace("\n" + function.__name__ + "(",
-                                                                     "\n_result = " + function.__name__ + "("),
-                     "<pasted>", "exec"), namespace)
+        exec("\n".join(line for line in pasted if line.startswith("from ")), namespace)
+        rebuilt = eval("\n".join(line for line in pasted if not line.startswith("from ")), namespace)
         case = result.case_list[result.smallest]
-        rebuilt = namespace["_result"]
         assert exercises.values_agree(rebuilt, function(**case.kwargs)), (name, rebuilt)
 
 
@@ -443,7 +444,8 @@ def test_output_type_and_shape_are_checked_before_values():
     assert "Output: returns 2 values; the exercise expects 3 (k1, k2, k3)." in str(result)
 
     def clipped_value_loss(values, old_values, returns, mask, clip_range_value):
-        return exercises.reference("clipped_value_loss")(values, old_values, returns, mask, clip_range_value)[0].item()
+        reference = exercises.reference("clipped_value_loss")
+        return reference(values, old_values, returns, mask, clip_range_value)[0].item()
 
     result, _ = verdict("clipped_value_loss", clipped_value_loss)
     assert "returns a Python number where a tensor of shape () is expected" in str(result)

@@ -60,8 +60,8 @@ def test_comparison_stacks_both_runs_and_plots(capsys):
 
 def test_comparison_over_seeds_shows_the_spread(capsys):
     wrong = next(m for m in exercises.mistakes("whiten") if m.name == "population_variance").variant
-    runs = training.compare_with_reference("whiten", wrong, SETTINGS, seeds=(0, 1), lang="zh", model=tiny_model(),
-                                           tokenizer=TOK, reward_fn=count_ones)
+    runs = training.compare_with_reference("whiten", wrong, SETTINGS, seeds=(0, 1), lang="zh",
+                                           model=tiny_model(), tokenizer=TOK, reward_fn=count_ones)
     assert set(runs["seed"]) == {0, 1} and len(runs) == 2 * 2 * (SETTINGS["steps"] + 1)
     reference = runs[runs["run"] == "reference"]
     rewards = [reference[reference["seed"] == seed]["reward_mean"].tolist() for seed in (0, 1)]
@@ -71,6 +71,7 @@ def test_comparison_over_seeds_shows_the_spread(capsys):
     table = training.spread_over_seeds(runs)
     assert list(table.index) == ["yours", "reference"] and table["reward_mean"].str.contains(r"\(n=2\)").all()
     finals = reference.groupby("seed")["reward_mean"].last()
-    assert table.loc["reference", "reward_mean"].startswith(f"{finals.mean():.3f} +- {finals.std(ddof=1):.3f}")
+    assert table.loc["reference", "reward_mean"].startswith(f"{finals.mean():.3f} "
+                                                            f"+- {finals.std(ddof=1):.3f}")
     fig = training.plot_comparison(runs, algo="ppo")
     assert fig.axes[0].collections  # the band from the lowest to the highest seed

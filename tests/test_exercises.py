@@ -81,7 +81,10 @@ def test_the_catalogue_check_catches_a_variant_that_raises():
     problems = raises_where_reference_returns(exercise, broken)
     assert problems and all("TypeError" in p for p in problems)
     # and such a variant "matches" any learner whose code raises TypeError: the old false positive
-    learner_with_a_typo = exercises.check("filter_logits", lambda scores, temperature, top_k, top_p: scores.topk())
+    def filter_logits(scores, temperature, top_k, top_p):
+        return scores.topk()  # a TypeError of the learner's own
+
+    learner_with_a_typo = exercises.check("filter_logits", filter_logits)
     assert "top_k_drops_ties" not in learner_with_a_typo.mistake_names
 
 

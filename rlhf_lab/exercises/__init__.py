@@ -42,7 +42,8 @@ from .core import (
 from .interview import InterviewRound, interview_round
 
 EXERCISES: dict[str, Exercise] = {
-    exercise.name: exercise for module in (rl, mechanisms, preference, coding) for exercise in module.EXERCISES
+    exercise.name: exercise
+    for module in (rl, mechanisms, preference, coding) for exercise in module.EXERCISES
 }
 
 
@@ -57,8 +58,8 @@ def list_exercises(topic: str | None = None, lang: str | None = None):
     """A pandas DataFrame of the exercises (name, title in `lang`, topic, difficulty, minutes, mistakes)."""
     import pandas as pd
 
-    rows = [dict(name=e.name, title=e.title_in(lang), topic=e.topic, difficulty=e.difficulty, minutes=e.minutes,
-                 mistakes_catalogued=len(e.mistakes)) for e in EXERCISES.values()
+    rows = [dict(name=e.name, title=e.title_in(lang), topic=e.topic, difficulty=e.difficulty,
+                 minutes=e.minutes, mistakes_catalogued=len(e.mistakes)) for e in EXERCISES.values()
             if topic is None or e.topic == topic]
     return pd.DataFrame(rows)
 
@@ -102,7 +103,7 @@ def mistakes(name: str) -> tuple[Mistake, ...]:
 
 
 __all__ = [
-    "DIFFICULTIES", "EXERCISES", "LANGUAGES", "Case", "CheckResult", "Exercise", "FixedWidthInt", "InterviewRound",
-    "Mistake", "check", "get", "get_language", "hint", "interview_round", "list_exercises", "mistakes", "reference",
-    "set_language", "signature", "solution", "training", "values_agree",
+    "DIFFICULTIES", "EXERCISES", "LANGUAGES", "Case", "CheckResult", "Exercise", "FixedWidthInt",
+    "InterviewRound", "Mistake", "check", "get", "get_language", "hint", "interview_round", "list_exercises",
+    "mistakes", "reference", "set_language", "signature", "solution", "training", "values_agree",
 ]

@@ -258,8 +258,8 @@ BINARY_MISTAKES = (
     _mistake(_binary_forms, "returns_lo", "after the loop lo is the first x with x*x > n (one too many); "
              "return hi, or the last mid that passed.",
              "循环结束时 lo 是第一个满足 x*x > n 的数（多了 1）；应返回 hi，或者最后一个通过判断的 mid。"),
-    _mistake(_binary_forms, "no_progress", "lo = mid with the lower midpoint never moves once hi = lo + 1: the "
-             "loop never ends. Use lo = mid + 1 (keeping the best answer), or the upper midpoint.",
+    _mistake(_binary_forms, "no_progress", "lo = mid with the lower midpoint never moves once hi = lo + 1: "
+             "the loop never ends. Use lo = mid + 1 (keeping the best answer), or the upper midpoint.",
              "用下中位数时写 lo = mid，一旦 hi = lo + 1，lo 就再也不动，循环永远不会结束。改用 lo = mid + 1"
              "（同时记下目前最好的答案），或者改用上中位数。", raises=("OperationBudgetExceeded",)),
     _mistake(_binary_forms, "linear_scan", "counting x up until x*x > n takes sqrt(n) steps (46341 for "
@@ -285,8 +285,8 @@ NEWTON_MISTAKES = (
     _mistake(_newton_forms, "zero_division", "n = 0 divides by zero (x starts at n = 0): return n for n < 2 "
              "first.", "n = 0 时会除以零（x 从 n = 0 开始）：先对 n < 2 直接返回 n。",
              raises=("ZeroDivisionError",)),
-    _mistake(_newton_forms, "until_unchanged", "stopping when x stops changing never ends for n = 3, 8, 15, ... "
-             "(n + 1 a square): the iterates alternate between two values. Stop as soon as the next "
+    _mistake(_newton_forms, "until_unchanged", "stopping when x stops changing never ends for n = 3, 8, 15, "
+             "... (n + 1 a square): the iterates alternate between two values. Stop as soon as the next "
              "iterate is not smaller (x <= n // x).",
              "以“x 不再变化”作为停止条件，在 n = 3、8、15……（n + 1 是完全平方数）时永远停不下来：迭代值会在两个数"
              "之间来回跳。应当在下一个迭代值不再变小时立刻停止（x <= n // x）。",
@@ -312,7 +312,8 @@ def isqrt_cases(seed: int) -> list[Case]:
 
     cases = [int32(n) for n in range(0, 17)]
     cases += [int32(n) for n in (24, 25, 26, 99, 100, 46340**2 - 1, 46340**2, 46340**2 + 1)]
-    cases += [int32(INT32_MAX), int32(INT32_MAX - 1), Case("n=-1", {"n": FixedWidthInt(-1, 32)}, name_zh="n=-1")]
+    cases += [int32(INT32_MAX), int32(INT32_MAX - 1),
+              Case("n=-1", {"n": FixedWidthInt(-1, 32)}, name_zh="n=-1")]
     cases += [big((10**15 + 1) ** 2 - 1, "(10^15+1)^2-1"), big(10**30, "10^30"), big(2**100 + 7, "2^100+7")]
     rng = random.Random(seed)
     cases += [int32(rng.randrange(0, INT32_MAX)) for _ in range(8)]
@@ -350,8 +351,8 @@ EXERCISES = [
         reference=isqrt_binary_search, make_cases=isqrt_cases, mistakes=BINARY_MISTAKES,
         hints=_ISQRT_HINTS, source="LeetCode 69 'Sqrt(x)'; Python's math.isqrt for the n < 0 convention",
         observe=_observe_int, combine=_binary_forms,
-        runaway="A binary search halves its range every step (about 31 steps for a 32-bit n): does every branch "
-                "move lo or hi past mid (lo = mid + 1 / hi = mid - 1), so that the loop ends?",
+        runaway="A binary search halves its range every step (about 31 steps for a 32-bit n): does every "
+                "branch move lo or hi past mid (lo = mid + 1 / hi = mid - 1), so that the loop ends?",
         runaway_zh="二分查找每一步都把区间减半（32 位的 n 大约 31 步）：是否每个分支都让 lo 或 hi 越过了 mid"
                    "（lo = mid + 1 / hi = mid − 1），循环才能结束？",
         title_zh="手撕代码：二分查找求整数平方根",
@@ -377,19 +378,21 @@ EXERCISES = [
         reference=isqrt_newton, make_cases=isqrt_cases, mistakes=NEWTON_MISTAKES,
         hints=("Start at x = n (>= sqrt(n)); each step is the midpoint of x and n // x.",
                "Try n = 3 by hand: 3 -> 2 -> 1 -> 2 -> 1 ... When should you stop?",
-               "x + n // x overflows for x = n = 2^31 - 1. With q = n // x < x, the midpoint is q + (x - q) // 2."),
-        source="Newton's method for x^2 - n in integer arithmetic; Python's math.isqrt for the n < 0 convention",
+               "x + n // x overflows for x = n = 2^31 - 1. With q = n // x < x, the midpoint is q + (x - q) "
+               "// 2."),
+        source="Newton's method for x^2 - n in integer arithmetic; Python's math.isqrt for the n < 0 "
+               "convention",
         observe=_observe_int, combine=_newton_forms,
-        runaway="Newton's iterates decrease from x = n and are done when the next one is not smaller: stop on "
-                "x <= n // x, not when x stops changing (for n = 3 the iterates go 3, 2, 1, 2, 1, ...).",
+        runaway="Newton's iterates decrease from x = n and are done when the next one is not smaller: stop "
+                "on x <= n // x, not when x stops changing (for n = 3 the iterates go 3, 2, 1, 2, 1, ...).",
         runaway_zh="牛顿迭代从 x = n 开始单调减小，下一个值不再变小时就结束了：以 x <= n // x 作为停止条件，"
                    "而不是等 x 不再变化（n = 3 时迭代值是 3、2、1、2、1……）。",
         title_zh="手撕代码：牛顿迭代法求整数平方根",
         question="Integer square root by Newton's method.",
         question_zh="用牛顿迭代法求整数平方根，同样不能溢出。",
-        explanation="Newton's iteration on x^2 - n, in integers, decreases from x_0 = n until it stops decreasing; "
-                    "that is the answer. Each step is the midpoint of x and n // x, which can be written without "
-                    "overflow too.",
+        explanation="Newton's iteration on x^2 - n, in integers, decreases from x_0 = n until it stops "
+                    "decreasing; that is the answer. Each step is the midpoint of x and n // x, which can be "
+                    "written without overflow too.",
         explanation_zh="对 x² − n 做整数牛顿迭代，从 x_0 = n 开始单调减小，直到不再减小为止，这时的 x 就是答案。每一步"
                        "都是 x 与 n // x 的中点，同样可以写成不会溢出的形式。",
         hints_zh=("从 x = n（≥ sqrt(n)）开始；每一步取 x 与 n // x 的中点。",

@@ -234,7 +234,8 @@ class Exercise:
         return self.question_zh if resolve_language(lang) == "zh" and self.question_zh else self.question
 
     def explanation_in(self, lang: str | None = None) -> str:
-        return self.explanation_zh if resolve_language(lang) == "zh" and self.explanation_zh else self.explanation
+        zh = resolve_language(lang) == "zh" and self.explanation_zh
+        return self.explanation_zh if zh else self.explanation
 
     def hints_in(self, lang: str | None = None) -> tuple[str, ...]:
         return self.hints_zh if resolve_language(lang) == "zh" and self.hints_zh else self.hints
@@ -270,13 +271,15 @@ class Exercise:
         except CaseTimeout:
             return {"raises": "CaseTimeout", "limit": limit}
         except Exception as error:  # the learner's code may raise anything; that is an observation
-            return {"raises": type(error).__name__, "message": str(error), "line": _raising_line(function, error)}
+            return {"raises": type(error).__name__, "message": str(error),
+                    "line": _raising_line(function, error)}
 
     def agrees(self, a: dict, b: dict) -> bool:
         """Same exception type, or outputs equal within the tolerance (see DEFAULT_TOLERANCE). Running out
         of time and running out of operations are the same observation: the function did not finish."""
         if ("raises" in a) or ("raises" in b):
-            return RUNAWAY.get(a.get("raises"), a.get("raises")) == RUNAWAY.get(b.get("raises"), b.get("raises"))
+            kind_a, kind_b = a.get("raises"), b.get("raises")
+            return RUNAWAY.get(kind_a, kind_a) == RUNAWAY.get(kind_b, kind_b)
         if a.keys() != b.keys():
             return False
         return all(values_agree(a[key], b[key], self.tolerance) for key in a)
@@ -324,7 +327,8 @@ class Exercise:
         keyword_only_required = [p.name for p in named if p.kind == kinds.KEYWORD_ONLY
                                  and p.default is inspect.Parameter.empty]
         # a name the stub also has must sit at the stub's position, else this is not a renaming
-        same_places = all(p.name not in stub_names or stub_names.index(p.name) == k for k, p in enumerate(positional))
+        same_places = all(p.name not in stub_names or stub_names.index(p.name) == k
+                          for k, p in enumerate(positional))
         if not leftover_required and learner_required <= count and not keyword_only_required and same_places:
             renamed = [(p.name, name) for p, (name, _) in zip(positional, stub[:count]) if p.name != name]
             notes = [("by_position", {"renamed": renamed, "stub": stub_text})]
@@ -340,7 +344,8 @@ class Exercise:
             return call, notes, None
         yours = f"({', '.join(p.name for p in named)})"
         if unexpected and not missing_required:
-            return None, [], ("unexpected", {"names": ", ".join(unexpected), "yours": yours, "stub": stub_text})
+            fields = {"names": ", ".join(unexpected), "yours": yours, "stub": stub_text}
+            return None, [], ("unexpected", fields)
         absent = [name for name, _ in stub if name not in by_keyword]
         if not any(p.name in stub_names for p in named):  # every name differs: what has no place is missing
             absent = stub_names[len(positional):]
@@ -387,8 +392,9 @@ class Exercise:
     def mistake_runs(self, seed: int, cases: list[Case]) -> dict[str, list[list[dict]]]:
         """Each mistake's forms' observations on the cases of `seed` (pure, so cached)."""
         if seed not in self.variant_runs:
-            self.variant_runs[seed] = {m.name: [[self.run(form, case) for case in cases] for form in m.all_forms]
-                                       for m in self.mistakes}
+            runs = {m.name: [[self.run(form, case) for case in cases] for form in m.all_forms]
+                    for m in self.mistakes}
+            self.variant_runs[seed] = runs
         return self.variant_runs[seed]
 
     def combination_forms(self, seed: int, cases: list[Case], pair: frozenset) -> list[list[dict]]:
@@ -458,7 +464,8 @@ class Diagnosis:
         if certain:
             self.kind, self.mistakes = "certain", certain
             return
-        self.pairs = [pair for pair in itertools.combinations(exercise.mistakes, 2) if self._pair_explains(pair)]
+        self.pairs = [pair for pair in itertools.combinations(exercise.mistakes, 2)
+                      if self._pair_explains(pair)]
         if self.pairs:
             self.kind = "pair"
             return
@@ -483,8 +490,8 @@ class Diagnosis:
         got_parts, expected_parts = _components(got), _components(expected)
         if got_parts is None or expected_parts is None or len(got_parts) != len(expected_parts):
             return False
-        return all(values_agree(g, e, self.exercise.tolerance) for j, (g, e) in enumerate(zip(got_parts, expected_parts))
-                   if j != mistake.component)
+        return all(values_agree(g, e, self.exercise.tolerance)
+                   for j, (g, e) in enumerate(zip(got_parts, expected_parts)) if j != mistake.component)
 
     def _component_agrees(self, source: Mistake | None, i: int, j: int) -> bool:
         """The learner's output j on case i is the reference's (source None) or the mistake's."""
@@ -498,7 +505,8 @@ class Diagnosis:
                 got_parts[j], expected_parts[j], tolerance)
         for form in self.runs[source.name]:
             parts = _components(form[i])
-            if parts is not None and len(parts) == len(got_parts) and values_agree(got_parts[j], parts[j], tolerance):
+            same_form = parts is not None and len(parts) == len(got_parts)
+            if same_form and values_agree(got_parts[j], parts[j], tolerance):
                 return True
         return (source.recognise is not None and source.component == j
                 and _safe(source.recognise, self.got[i], self.expected[i], self.cases[i]))
@@ -507,10 +515,12 @@ class Diagnosis:
         """The learner's code raised on case i on the line this mistake is known by: nothing else of
         that case can be seen (the other mistake of a pair is not contradicted there)."""
         got = self.got[i]
-        return bool(mistake.error_line and "raises" in got and re.search(mistake.error_line, got.get("line", "")))
+        return bool(mistake.error_line and "raises" in got
+                    and re.search(mistake.error_line, got.get("line", "")))
 
     def _components_explained(self, i: int, a: Mistake, b: Mistake) -> tuple[bool, bool, bool]:
-        """Case i of a tuple output: (every output is the reference's, a's or b's; a is needed; b is needed)."""
+        """Case i of a tuple output: (every output is the reference's, a's or b's; a is needed;
+        b is needed)."""
         parts = _components(self.got[i])
         expected = _components(self.expected[i])
         if parts is None or expected is None or len(parts) != len(expected):
@@ -563,7 +573,8 @@ class Diagnosis:
             self.covered.append((best, explained))
             left -= set(explained)
         parts = _components(self.expected[0])
-        if parts is not None and all(_components(g) is not None and len(_components(g)) == len(parts) for g in self.got):
+        if parts is not None and all(_components(g) is not None and len(_components(g)) == len(parts)
+                                     for g in self.got):
             n = len(self.cases)
             for j in range(len(parts)):
                 source = next((s for s in (None, *self.exercise.mistakes)
@@ -613,7 +624,8 @@ def values_agree(got: Any, expected: Any, tolerance: float = DEFAULT_TOLERANCE) 
             return False
         finite = torch.isfinite(expected) & torch.isfinite(got)
         scale = expected[finite].abs().max().item() if finite.any() else 1.0
-        return bool(torch.allclose(got[finite], expected[finite], rtol=0.0, atol=tolerance * max(scale, 1e-3)))
+        atol = tolerance * max(scale, 1e-3)
+        return bool(torch.allclose(got[finite], expected[finite], rtol=0.0, atol=atol))
     if isinstance(expected, bool) or isinstance(got, bool):
         return type(got) is type(expected) and got == expected
     if isinstance(expected, int) and not isinstance(got, bool) and isinstance(got, int):
@@ -687,8 +699,8 @@ def structure_problem(exercise: Exercise, got: Any, expected: Any) -> tuple[str,
                 return "scalar", fields
             return "shape", {"got": _shape_text(got.shape), "expected": _shape_text(expected.shape)}
         if expected.is_floating_point() and not got.is_floating_point():
-            return "dtype", {"got": str(got.dtype).replace("torch.", ""), "expected": str(expected.dtype).replace(
-                "torch.", "")}
+            return "dtype", {"got": str(got.dtype).replace("torch.", ""),
+                             "expected": str(expected.dtype).replace("torch.", "")}
         return None
     if isinstance(expected, float) and not isinstance(got, (float, int, torch.Tensor)) or (
             isinstance(expected, int) and not isinstance(expected, bool) and isinstance(got, float)):
@@ -794,7 +806,8 @@ def show_value(value: Any, other: Any = None) -> str:
         text = f"{value:.6g}"
         return text if any(c in text for c in ".en") else text + ".0"  # 1.0 stays a float to the eye
     if isinstance(value, (tuple, list)):
-        others = other if isinstance(other, (tuple, list)) and len(other) == len(value) else [None] * len(value)
+        paired = isinstance(other, (tuple, list)) and len(other) == len(value)
+        others = other if paired else [None] * len(value)
         inner = ", ".join(show_value(v, o) for v, o in zip(value, others))
         return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
     return repr(value)
@@ -809,7 +822,8 @@ def _structure_text(words: dict, exercise: Exercise, lang: str, problem: tuple[s
 
 
 def _which(cases: list[Case], indices: list[int], lang: str, limit: int = 3) -> str:
-    labels = [f"'{cases[i].label(lang)}'" if lang == "en" else f"「{cases[i].label(lang)}」" for i in indices[:limit]]
+    labels = [f"'{cases[i].label(lang)}'" if lang == "en" else f"「{cases[i].label(lang)}」"
+              for i in indices[:limit]]
     more = len(indices) - limit
     if lang == "zh":
         return "、".join(labels) + ("等" if more > 0 else "")
@@ -907,7 +921,8 @@ class CheckResult:
             reason = words["budget_reason"]
         else:
             return None
-        hint = (self.exercise.runaway_zh if lang == "zh" else self.exercise.runaway) or words["runaway_default"]
+        hint = self.exercise.runaway_zh if lang == "zh" else self.exercise.runaway
+        hint = hint or words["runaway_default"]
         return words["runaway"].format(reason=reason, hint=hint)
 
     def _diagnosis_lines(self, words: dict, lang: str) -> list[str]:
@@ -927,14 +942,15 @@ class CheckResult:
             if structure:
                 lines.append(structure)
             for m, explained in d.covered:
-                lines.append(words["partial"].format(name=m.name, count=len(explained), failed=len(self.failing),
-                                                     which=_which(self.case_list, explained, lang),
-                                                     message=m.text(lang)))
+                lines.append(words["partial"].format(
+                    name=m.name, count=len(explained), failed=len(self.failing),
+                    which=_which(self.case_list, explained, lang), message=m.text(lang)))
             names = self.exercise.outputs
             for j, source in d.component_sources:
                 if source not in [m for m, _ in d.covered]:
-                    lines.append(words["component_mistake"].format(index=j + 1, name=names[j] if j < len(names) else j + 1,
-                                                                   mistake=source.name, message=source.text(lang)))
+                    lines.append(words["component_mistake"].format(
+                        index=j + 1, name=names[j] if j < len(names) else j + 1, mistake=source.name,
+                        message=source.text(lang)))
             if d.unexplained and d.covered:
                 lines.append(words["unexplained"].format(count=len(d.unexplained),
                                                          which=_which(self.case_list, d.unexplained, lang)))
@@ -1029,7 +1045,8 @@ def _note_fields(key: str, fields: dict, lang: str) -> dict:
     if key != "by_position":
         return fields
     joiner = " 对应 " if lang == "zh" else " for "
-    return dict(fields, renamed=(", " if lang == "en" else "，").join(f"{a}{joiner}{b}" for a, b in fields["renamed"]))
+    separator = ", " if lang == "en" else "，"
+    return dict(fields, renamed=separator.join(f"{a}{joiner}{b}" for a, b in fields["renamed"]))
 
 
 def _leaves(value: Any):

@@ -26,8 +26,8 @@ from .core import CheckResult, Exercise, resolve_language
 
 WORDS = {
     "en": {
-        "head": "Interview round: {k} exercises, {budget} (min:s) in total. Write each function under the name "
-                "given, then call round_.finish(globals()).",
+        "head": "Interview round: {k} exercises, {budget} (min:s) in total. Write each function under the "
+                "name given, then call round_.finish(globals()).",
         "blind": "Blind round: only the questions. Recall the formulas yourself; the checker has them.",
         "task": "{i}. {title} [{difficulty}, ~{minutes} min]",
         "question": "   Question: {question}",
@@ -140,7 +140,8 @@ class InterviewRound:
         from IPython.display import display
 
         label = widgets.Label(self.status_text())
-        bar = widgets.FloatProgress(value=0.0, min=0.0, max=self.budget_seconds, description=self.words["bar"])
+        bar = widgets.FloatProgress(value=0.0, min=0.0, max=self.budget_seconds,
+                                    description=self.words["bar"])
         display(widgets.HBox([bar, label]))
 
         def tick() -> None:  # a daemon thread: it never keeps the kernel alive, and finish() stops it

@@ -64,7 +64,8 @@ def _top_p_empties_nucleus(scores, temperature, top_k, top_p):
 def _top_k_drops_ties(scores, temperature, top_k, top_p):
     tempered = scores / temperature
     if top_k:
-        order = torch.argsort(tempered, dim=-1, descending=True, stable=True)  # with stable=, dim is a keyword
+        # with stable=, dim must be a keyword (argsort(-1, ..., stable=True) raises TypeError)
+        order = torch.argsort(tempered, dim=-1, descending=True, stable=True)
         keep = torch.zeros_like(tempered, dtype=torch.bool).scatter(1, order[:, :top_k], True)
         tempered = tempered.masked_fill(~keep, float("-inf"))  # exactly k, ties with the k-th dropped
     return apply_top_p(tempered, top_p)
@@ -102,10 +103,11 @@ FILTER_MISTAKES = (
             "only when the mass before it already reaches p.", _top_p_drops_crossing,
             zh="top-p 要保留让累计概率越过 p 的那个词元（取累计概率 ≥ p 的最小集合）：概率为 [0.3, 0.1, 0.1, 0.5]、"
                "p = 0.8 时保留 {0.5, 0.3}。只有当排在它前面的累计概率已经达到 p，才删掉这个词元。"),
-    Mistake("top_p_empties_nucleus", "`cumsum > p` also removes the token that crosses p, and when the most "
-            "likely token alone has probability > p it removes EVERY token: the nucleus is empty and all scores "
-            "are -inf (sampling from that fails). Remove a token only when the mass before it reaches p (shift "
-            "the mask right by one), which always keeps the top token.", _top_p_empties_nucleus,
+    Mistake("top_p_empties_nucleus", "`cumsum > p` also removes the token that crosses p, and when the "
+            "most likely token alone has probability > p it removes EVERY token: the nucleus is empty "
+            "and all scores are -inf (sampling from that fails). Remove a token only when the mass "
+            "before it reaches p (shift the mask right by one), which always keeps the top token.",
+            _top_p_empties_nucleus,
             zh="`cumsum > p` 会把越过 p 的那个词元也删掉；当概率最高的词元单独就超过 p 时，所有词元都被删光，"
                "核为空，得分全是 -inf，无法采样。只有排在前面的累计概率已达到 p 时才删掉一个词元（把删除掩码右移一位），"
                "这样概率最高的词元总会保留。"),
@@ -146,19 +148,21 @@ def _penalty_inverted(scores, input_ids, penalty):
 
 def penalty_cases(seed: int) -> list[Case]:
     cases = [Case("one negative, one positive seen logit", {
-        "scores": torch.tensor([[2.0, -1.0, 0.5, 3.0]]), "input_ids": torch.tensor([[0, 1, 1]]), "penalty": 1.2},
+        "scores": torch.tensor([[2.0, -1.0, 0.5, 3.0]]), "input_ids": torch.tensor([[0, 1, 1]]),
+        "penalty": 1.2},
         name_zh="出现过的词元一个得分为负、一个为正")]
     g = _generator(seed)
     for i, penalty in enumerate([1.2, 1.5, 0.8]):
         cases.append(Case(f"random {i}: penalty {penalty}", {
-            "scores": torch.randn(3, 10, generator=g) * 2, "input_ids": torch.randint(0, 10, (3, 6), generator=g),
-            "penalty": penalty}, name_zh=f"随机用例 {i}：惩罚系数 {penalty}"))
+            "scores": torch.randn(3, 10, generator=g) * 2,
+            "input_ids": torch.randint(0, 10, (3, 6), generator=g), "penalty": penalty},
+            name_zh=f"随机用例 {i}：惩罚系数 {penalty}"))
     return cases
 
 
 PENALTY_MISTAKES = (
-    Mistake("ignores_logit_sign", "dividing a NEGATIVE logit by the penalty raises it (-2 / 1.2 = -1.67): the "
-            "seen token becomes MORE likely. Multiply negative logits, divide positive ones (HF's form).",
+    Mistake("ignores_logit_sign", "dividing a NEGATIVE logit by the penalty raises it (-2 / 1.2 = -1.67): "
+            "the seen token becomes MORE likely. Multiply negative logits, divide positive ones (HF's form).",
             _penalty_ignores_sign,
             zh="负的得分除以惩罚系数反而变大（−2 / 1.2 = −1.67），出现过的词元更容易被选中。应当负数乘、正数除"
                "（HF 的写法）。"),
@@ -392,7 +396,8 @@ def backward_cases(seed: int) -> list[Case]:
     for i, (batch, heads, seq, dim, causal) in enumerate([(1, 1, 3, 4, False), (2, 2, 5, 8, False),
                                                          (2, 1, 4, 4, True), (1, 3, 6, 8, True)]):
         cases.append(Case(f"random {i}: seq {seq}, d {dim}, causal {causal}", {
-            **{name: torch.randn(batch, heads, seq, dim, generator=g) for name in ("q", "k", "v", "grad_out")},
+            **{name: torch.randn(batch, heads, seq, dim, generator=g)
+               for name in ("q", "k", "v", "grad_out")},
             "causal": causal}, name_zh=f"随机用例 {i}：序列长度 {seq}，d = {dim}，因果 {causal}"))
     return cases
 
@@ -406,7 +411,8 @@ BACKWARD_MISTAKES = (
     Mistake("dv_not_transposed", "O = P V, so dV = P^T dO (shape check: (S x T)(T x d)).",
             _backward_variant(dv_untransposed=True), zh="O = P V，所以 dV = Pᵀ dO（核对形状：(S×T)(T×d)）。"),
     Mistake("dk_not_transposed", "S = Q K^T, so dK = dS^T Q / sqrt(d), not dS Q / sqrt(d).",
-            _backward_variant(dk_untransposed=True), zh="S = Q Kᵀ，所以 dK = dSᵀ Q / sqrt(d)，不是 dS Q / sqrt(d)。"),
+            _backward_variant(dk_untransposed=True), zh="S = Q Kᵀ，所以 dK = dSᵀ Q / sqrt(d)，不是 dS Q / "
+                                                        "sqrt(d)。"),
 )
 
 
@@ -430,8 +436,9 @@ EXERCISES = [
         title_zh="温度 + top-k + top-p 过滤",
         question="Implement temperature, top-k and top-p as generate() does.",
         question_zh="按 generate() 的做法实现温度、top-k 和 top-p（核采样）。",
-        explanation="Temperature rescales the logits; top-k keeps the k best scores; top-p keeps the smallest set "
-                    "of most likely tokens whose mass reaches p, including the token that crosses p.",
+        explanation="Temperature rescales the logits; top-k keeps the k best scores; top-p keeps the "
+                    "smallest set of most likely tokens whose mass reaches p, including the token that "
+                    "crosses p.",
         explanation_zh="温度对得分做缩放；top-k 保留得分最高的 k 个；top-p 保留累计概率达到 p 的最小高概率词元集合，"
                        "包括让累计概率越过 p 的那个词元。",
         hints_zh=("升序排序后对 softmax 求累计和：当包含它自己在内的累计概率 ≤ 1 − p 时删掉这个词元。",
@@ -454,8 +461,8 @@ EXERCISES = [
         title_zh="区分正负得分的重复惩罚",
         question="How does the repetition penalty treat a negative logit?",
         question_zh="重复惩罚遇到负的得分怎么处理？",
-        explanation="A seen token should become less likely whatever the sign of its logit, so positive logits are "
-                    "divided and negative ones multiplied by the penalty.",
+        explanation="A seen token should become less likely whatever the sign of its logit, so positive "
+                    "logits are divided and negative ones multiplied by the penalty.",
         explanation_zh="不管得分是正是负，出现过的词元都应当变得更不可能：正得分除以惩罚系数，负得分乘以惩罚系数。",
         hints_zh=("`torch.gather(scores, 1, input_ids)` 读出出现过的词元的得分，再用 scatter 写回去。",
                   "−2 / 1.2 会让这个词元的概率怎么变？"),
@@ -481,8 +488,8 @@ EXERCISES = [
         title_zh="旋转位置编码 RoPE：HF / GPT-NeoX 的前后两半配对写法",
         question="Write RoPE the way Hugging Face does.",
         question_zh="按 Hugging Face 的写法实现旋转位置编码（RoPE）。",
-        explanation="Each pair of dimensions is rotated by an angle proportional to the position; HF pairs dimension "
-                    "i with i + d/2 and writes the rotation with rotate_half.",
+        explanation="Each pair of dimensions is rotated by an angle proportional to the position; HF pairs "
+                    "dimension i with i + d/2 and writes the rotation with rotate_half.",
         explanation_zh="每一对维度按与位置成正比的角度旋转；HF 把第 i 维与第 i + d/2 维配成一对，用 `rotate_half` 写出旋转。",
         hints_zh=("`torch.arange(0, d, 2).float() / d` 就是各个指数 2i/d。",
                   "第 i 维和第 i + d/2 维是一对，共用角度 θ_i。",
@@ -506,8 +513,8 @@ EXERCISES = [
         title_zh="旋转位置编码 RoPE：Meta llama 的复数写法",
         question="Write RoPE the way Meta's llama does.",
         question_zh="按 Meta llama 的写法实现旋转位置编码（复数形式）。",
-        explanation="The same rotation written with complex numbers: adjacent dimensions (2i, 2i+1) form one complex "
-                    "number, multiplied by a unit complex number of angle m theta_i.",
+        explanation="The same rotation written with complex numbers: adjacent dimensions (2i, 2i+1) form one "
+                    "complex number, multiplied by a unit complex number of angle m theta_i.",
         explanation_zh="同一个旋转，用复数来写：相邻的两维 (2i, 2i+1) 组成一个复数，乘以角度为 m·θ_i 的单位复数。",
         hints_zh=("先 `x.float().unflatten(-1, (-1, 2))`，再 `torch.view_as_complex`。",
                   "`torch.polar(torch.ones_like(angles), angles)` 就是 e^{i·angle}。",
@@ -537,8 +544,9 @@ EXERCISES = [
         title_zh="带 KV 缓存的单步解码注意力",
         question="What happens in one decode step with a KV cache?",
         question_zh="用 KV 缓存解码一步时发生了什么？",
-        explanation="The new token's key and value are appended to the cache, and its single query attends to every "
-                    "cached position; with grouped-query attention several query heads share one kv head.",
+        explanation="The new token's key and value are appended to the cache, and its single query attends "
+                    "to every cached position; with grouped-query attention several query heads share one kv "
+                    "head.",
         explanation_zh="新词元的键和值先追加进缓存，它唯一的查询再对缓存里的所有位置做注意力；用分组查询注意力（GQA）时，"
                        "几个查询头共用一个键值头。",
         hints_zh=("沿第 2 维（序列维）做 `torch.cat`。",

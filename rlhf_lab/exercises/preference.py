@@ -106,7 +106,8 @@ def kappa_cases(seed: int) -> list[Case]:
     cases = spec_cases([
         ("known value: f = 0.1 flips -> 0.64", {"labels_a": a064, "labels_b": b064}, 0.64,
          "已知值：翻转率 f = 0.1 → 0.64"),
-        ("p_o 0.75, p_e 0.5", {"labels_a": [1, 1, 0, 0], "labels_b": [1, 0, 0, 0]}, 0.5, "p_o = 0.75，p_e = 0.5"),
+        ("p_o 0.75, p_e 0.5", {"labels_a": [1, 1, 0, 0], "labels_b": [1, 0, 0, 0]}, 0.5, "p_o = 0.75，p_e = "
+                                                                                         "0.5"),
         ("perfect", {"labels_a": [0, 1, 2, 1], "labels_b": [0, 1, 2, 1]}, 1.0, "完全一致"),
         ("always disagree", {"labels_a": [0, 1, 0, 1], "labels_b": [1, 0, 1, 0]}, -1.0, "处处不一致"),
         ("skewed labels", {"labels_a": [1] * 8 + [0, 0], "labels_b": [1] * 9 + [0]}, 0.6153846, "标签分布不均衡"),
@@ -146,33 +147,34 @@ def _bt_margin_sign(chosen_rewards, rejected_rewards, margin=0.0):
 
 def bradley_terry_cases(seed: int) -> list[Case]:
     cases = spec_cases([("known value: r_w 1, r_l 0 -> log(1 + e^-1)", {
-        "chosen_rewards": torch.tensor([1.0]), "rejected_rewards": torch.tensor([0.0]), "margin": 0.0}, [0.31326],
+        "chosen_rewards": torch.tensor([1.0]), "rejected_rewards": torch.tensor([0.0]), "margin": 0.0},
+        [0.31326],
         "已知值：r_w = 1，r_l = 0 → log(1 + e^-1)")])
     cases.append(Case("a large wrong-way gap (r_w - r_l = -120)", {
-        "chosen_rewards": torch.tensor([-60.0, 0.5]), "rejected_rewards": torch.tensor([60.0, 0.0]), "margin": 0.0},
+        "chosen_rewards": torch.tensor([-60.0, 0.5]), "rejected_rewards": torch.tensor([60.0, 0.0]),
+        "margin": 0.0},
         name_zh="奖励差很大且方向相反（r_w − r_l = −120）"))
     g = torch.Generator().manual_seed(seed)
     for i, margin in enumerate([0.0, 0.5, 2.0]):
-        cases.append(Case(f"random {i}: margin {margin}", {"chosen_rewards": torch.randn(6, generator=g) * 2,
-                                                           "rejected_rewards": torch.randn(6, generator=g) * 2,
-                                                           "margin": margin},
-                          name_zh=f"随机用例 {i}：间隔 {margin}"))
+        cases.append(Case(f"random {i}: margin {margin}", {
+            "chosen_rewards": torch.randn(6, generator=g) * 2,
+            "rejected_rewards": torch.randn(6, generator=g) * 2, "margin": margin}, name_zh=f"随机用例 {i}：间隔 {margin}"))
     return cases
 
 
 BRADLEY_TERRY_MISTAKES = (
-    Mistake("naive_log_sigmoid", "torch.log(torch.sigmoid(x)) underflows to log(0) = -inf for x < -104 in float32 "
-            "(a confidently wrong reward model): use F.logsigmoid(x), or softplus(-x).", _bt_naive,
+    Mistake("naive_log_sigmoid", "torch.log(torch.sigmoid(x)) underflows to log(0) = -inf for x < -104 in "
+            "float32 (a confidently wrong reward model): use F.logsigmoid(x), or softplus(-x).", _bt_naive,
             zh="在 float32 下，x < −104 时 `torch.log(torch.sigmoid(x))` 会下溢成 log(0) = −inf（奖励模型错得很离谱时"
                "就会出现）：改用 `F.logsigmoid(x)` 或 `softplus(-x)`。"),
     Mistake("missing_log", "the loss is the negative LOG-likelihood -log sigmoid(r_w - r_l); -sigmoid(...) "
             "has vanishing gradients exactly where the model is most wrong.", _bt_no_log,
             zh="损失是负对数似然 −log σ(r_w − r_l)；写成 −σ(...) 的话，恰恰在模型错得最厉害的地方梯度消失。"),
-    Mistake("chosen_rejected_swapped", "the chosen completion's reward comes first: sigmoid(r_w - r_l) is the "
-            "probability that the chosen one wins.", _bt_swapped,
+    Mistake("chosen_rejected_swapped", "the chosen completion's reward comes first: sigmoid(r_w - r_l) is "
+            "the probability that the chosen one wins.", _bt_swapped,
             zh="被选中回答的奖励在前：σ(r_w − r_l) 是被选中回答胜出的概率。"),
-    Mistake("margin_sign", "the margin is subtracted, -log sigmoid(r_w - r_l - m): the chosen reward must beat "
-            "the rejected one BY m.", _bt_margin_sign,
+    Mistake("margin_sign", "the margin is subtracted, -log sigmoid(r_w - r_l - m): the chosen reward must "
+            "beat the rejected one BY m.", _bt_margin_sign,
             zh="间隔是减掉的：−log σ(r_w − r_l − m)，被选中回答的奖励要比被拒绝回答的高出 m 才算赢。"),
 )
 
@@ -214,15 +216,18 @@ def _dpo_variant(flags: frozenset):
             total = (token_logps * mask).sum(-1)
             return total / mask.sum(-1) if mean else total
 
-        pc, pr = sequence_logp(policy_chosen_logps, chosen_mask), sequence_logp(policy_rejected_logps, rejected_mask)
-        rc, rr = sequence_logp(ref_chosen_logps, chosen_mask), sequence_logp(ref_rejected_logps, rejected_mask)
+        pc = sequence_logp(policy_chosen_logps, chosen_mask)
+        pr = sequence_logp(policy_rejected_logps, rejected_mask)
+        rc = sequence_logp(ref_chosen_logps, chosen_mask)
+        rr = sequence_logp(ref_rejected_logps, rejected_mask)
         h = pc - pr if "reference_ignored" in flags else (pc - rc) - (pr - rr)
         if "chosen_rejected_swapped" in flags:
             h = -h
         if ipo:
             return (h - 1 / (2 * beta)) ** 2
         z = h if "missing_beta" in flags else beta * h
-        log_sigmoid = (lambda v: torch.log(torch.sigmoid(v))) if "naive_log_sigmoid" in flags else F.logsigmoid
+        naive = "naive_log_sigmoid" in flags
+        log_sigmoid = (lambda v: torch.log(torch.sigmoid(v))) if naive else F.logsigmoid
         if "label_smoothing_ignored" in flags:
             return -log_sigmoid(z)
         return -(1 - label_smoothing) * log_sigmoid(z) - label_smoothing * log_sigmoid(-z)
@@ -249,8 +254,8 @@ DPO_MISTAKES = (
     _dpo("chosen_rejected_swapped", "h = chosen log-ratio minus rejected log-ratio; swapped, DPO learns the "
          "opposite preference.",
          "h 是被选中回答的对数比率减去被拒绝回答的；写反了，DPO 学到的就是相反的偏好。"),
-    _dpo("label_smoothing_ignored", "conservative DPO: -(1 - eps) log sigmoid(beta h) - eps log sigmoid(-beta h) "
-         "(TRL's label_smoothing).",
+    _dpo("label_smoothing_ignored", "conservative DPO: -(1 - eps) log sigmoid(beta h) - eps log "
+         "sigmoid(-beta h) (TRL's label_smoothing).",
          "标签平滑（保守 DPO）：−(1 − ε) log σ(βh) − ε log σ(−βh)，对应 TRL 的 `label_smoothing`。"),
     _dpo("naive_log_sigmoid", "torch.log(torch.sigmoid(x)) underflows to -inf for x < -104 in float32: use "
          "F.logsigmoid.",
@@ -260,16 +265,16 @@ DPO_MISTAKES = (
          "normalisation), not DPO.",
          "DPO 里的 log π(y|x) 是回答中所有词元对数概率之和（整段回答的对数概率）；按词元取平均是 TRL 中 IPO 的做法"
          "（或 SimPO 的长度归一化），不是 DPO。"),
-    _dpo("ipo_summed", "loss_type='ipo' averages each completion's token log-probs over its own tokens before "
-         "forming h (TRL; the paper writes sums): with sums h grows with the length, and the squared loss is "
-         "dominated by the long completions.",
+    _dpo("ipo_summed", "loss_type='ipo' averages each completion's token log-probs over its own tokens "
+         "before forming h (TRL; the paper writes sums): with sums h grows with the length, and the squared "
+         "loss is dominated by the long completions.",
          "loss_type='ipo' 时，要先在每个回答自己的词元上对对数概率求平均，再构造 h（TRL 的做法，论文里写的是求和）；"
          "用求和的话 h 随长度增长，平方损失会被长回答主导。"),
     _dpo("padding_counted", "sum (or average) over the completion's own tokens only: multiply by the mask; "
          "padded positions hold log-probs of tokens that were never generated.",
          "只能在回答自己的词元上求和（或求平均）：先乘以掩码；填充位置上的对数概率对应的是从未生成过的词元。"),
-    _dpo("loss_type_ignored", "loss_type='ipo' asks for IPO's squared loss (h - 1/(2 beta))^2 on token-averaged "
-         "log-probs, not DPO's -log sigmoid.",
+    _dpo("loss_type_ignored", "loss_type='ipo' asks for IPO's squared loss (h - 1/(2 beta))^2 on "
+         "token-averaged log-probs, not DPO's -log sigmoid.",
          "loss_type='ipo' 要求的是 IPO 的平方损失 (h − 1/(2β))²（用按词元平均的对数概率），不是 DPO 的 −log σ。"),
 )
 
@@ -291,29 +296,32 @@ def dpo_cases(seed: int) -> list[Case]:
                 "beta": beta, "label_smoothing": eps, "loss_type": loss_type}
 
     # chosen: 2 tokens, summed log-ratio +1 (mean +1/2); rejected: 3 tokens, summed log-ratio -1 (mean -1/3)
-    chosen, ref_chosen, rejected, ref_rejected = [-2.0, -2.0], [-2.5, -2.5], [-3.0, -3.0, -2.0], [-2.5, -2.5, -2.0]
+    chosen, ref_chosen = [-2.0, -2.0], [-2.5, -2.5]
+    rejected, ref_rejected = [-3.0, -3.0, -2.0], [-2.5, -2.5, -2.0]
+    vector = (chosen, ref_chosen, rejected, ref_rejected)
     cases = spec_cases([
-        ("known value: beta 0.1, log-ratios +1 / -1", pair(chosen, ref_chosen, rejected, ref_rejected, 0.1, 0.0),
+        ("known value: beta 0.1, log-ratios +1 / -1", pair(*vector, 0.1, 0.0),
          [0.59814], "已知值：β = 0.1，对数比率 +1 / −1"),
-        ("known value: the same with label_smoothing 0.1",
-         pair(chosen, ref_chosen, rejected, ref_rejected, 0.1, 0.1), [0.61814], "已知值：同上，标签平滑 0.1"),
+        ("known value: the same with label_smoothing 0.1", pair(*vector, 0.1, 0.1), [0.61814],
+         "已知值：同上，标签平滑 0.1"),
         # TRL's IPO on token means: h = 1/2 + 1/3 = 5/6, loss = (5/6 - 1/(2 * 0.1))^2 = 625/36
-        ("IPO on token means: h = 5/6, (5/6 - 5)^2", pair(chosen, ref_chosen, rejected, ref_rejected, 0.1, 0.0, "ipo"),
+        ("IPO on token means: h = 5/6, (5/6 - 5)^2", pair(*vector, 0.1, 0.0, "ipo"),
          [625 / 36], "IPO 按词元取平均：h = 5/6，(5/6 − 5)²"),
     ])
     cases.append(Case("a large wrong-way logit (beta h = -149.5)", pair(
         [-500.0, -500.0], ref_chosen, rejected, [-252.5, -252.5, -2.0], 0.1, 0.0),
         name_zh="βh 方向相反且绝对值很大（βh = −149.5）"))
     g = torch.Generator().manual_seed(seed)
-    for i, (beta, eps, loss_type) in enumerate([(0.1, 0.0, "sigmoid"), (0.5, 0.2, "sigmoid"), (0.1, 0.0, "ipo"),
-                                                (0.5, 0.0, "ipo")]):
+    settings = [(0.1, 0.0, "sigmoid"), (0.5, 0.2, "sigmoid"), (0.1, 0.0, "ipo"), (0.5, 0.0, "ipo")]
+    for i, (beta, eps, loss_type) in enumerate(settings):
         batch, width = 4, 7
         chosen_len = torch.randint(1, width, (batch,), generator=g)
         rejected_len = torch.randint(1, width, (batch,), generator=g)
         logps = {key: -torch.rand(batch, width, generator=g) * 3 for key in
                  ("ref_chosen_logps", "ref_rejected_logps")}
-        logps["policy_chosen_logps"] = logps["ref_chosen_logps"] + torch.randn(batch, width, generator=g) * 0.5
-        logps["policy_rejected_logps"] = logps["ref_rejected_logps"] + torch.randn(batch, width, generator=g) * 0.5
+        for side in ("chosen", "rejected"):
+            noise = torch.randn(batch, width, generator=g) * 0.5
+            logps[f"policy_{side}_logps"] = logps[f"ref_{side}_logps"] + noise
         cases.append(Case(f"random {i}: {loss_type}, beta {beta}, label_smoothing {eps}", {
             **{key: logps[key] for key in ("policy_chosen_logps", "policy_rejected_logps", "ref_chosen_logps",
                                            "ref_rejected_logps")},
@@ -346,8 +354,8 @@ EXERCISES = [
         title_zh="标注一致性：两位标注员的 Cohen's Kappa 系数",
         question="How do you measure whether two annotators agree beyond chance?",
         question_zh="怎么判断两位标注员的一致性超出了偶然水平？Kappa 系数怎么算？",
-        explanation="Observed agreement overstates agreement when labels are skewed; kappa subtracts the agreement two "
-                    "independent annotators with the same label frequencies would reach.",
+        explanation="Observed agreement overstates agreement when labels are skewed; kappa subtracts the "
+                    "agreement two independent annotators with the same label frequencies would reach.",
         explanation_zh="标签分布不均衡时，观测一致率会高估一致性；kappa 扣除的是两位互相独立、但标签频率相同的标注员"
                        "靠偶然就能达到的一致率。",
         hints_zh=("p_o 很简单：[a == b] 的平均值。",
@@ -372,8 +380,9 @@ EXERCISES = [
         title_zh="Bradley-Terry 奖励模型损失",
         question="Write the reward model's loss.",
         question_zh="写出奖励模型的损失函数。",
-        explanation="Bradley-Terry models the probability that the chosen answer beats the rejected one as a sigmoid "
-                    "of their reward difference; the loss is its negative log, with an optional margin.",
+        explanation="Bradley-Terry models the probability that the chosen answer beats the rejected one as a "
+                    "sigmoid of their reward difference; the loss is its negative log, with an optional "
+                    "margin.",
         explanation_zh="Bradley-Terry 模型把被选中回答胜过被拒绝回答的概率写成两者奖励差的 sigmoid；损失就是它的负对数，"
                        "可以再减去一个间隔。",
         hints_zh=("P(y_w 胜过 y_l) = σ(r_w − r_l)；损失是它的负对数。",
@@ -382,9 +391,9 @@ EXERCISES = [
     Exercise(
         name="dpo_loss", title="the DPO and IPO losses from per-token log-probabilities", topic="preferences",
         difficulty="medium", minutes=15,
-        signature='''def dpo_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps,
-             chosen_mask, rejected_mask, beta: float = 0.1, label_smoothing: float = 0.0,
-             loss_type: str = "sigmoid") -> torch.Tensor:
+        signature='''def dpo_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps,
+             ref_rejected_logps, chosen_mask, rejected_mask, beta: float = 0.1,
+             label_smoothing: float = 0.0, loss_type: str = "sigmoid") -> torch.Tensor:
     """DPO's (or IPO's) loss per preference pair, from per-token log-probabilities.
 
     *_logps: (B, T) the log-prob of each completion token under the policy and under the frozen
@@ -401,18 +410,19 @@ EXERCISES = [
     """''',
         reference=dpo_loss, make_cases=dpo_cases, mistakes=DPO_MISTAKES, combine=_dpo_forms,
         output_unit="one loss per pair", output_unit_zh="每个偏好对各一个损失值",
-        hints=("Mask, then reduce over tokens: a sum for DPO, a mean over the completion's own tokens for IPO.",
-               "Four sequence log-probs make two log-ratios; h is their difference. F.logsigmoid(beta * h) is "
-               "log sigmoid without underflow.",
+        hints=("Mask, then reduce over tokens: a sum for DPO, a mean over the completion's own tokens for "
+               "IPO.",
+               "Four sequence log-probs make two log-ratios; h is their difference. F.logsigmoid(beta * h) "
+               "is log sigmoid without underflow.",
                "label_smoothing mixes in the loss of the flipped label, -log sigmoid(-beta h)."),
         source="DPO (arXiv 2305.18290); IPO (arXiv 2310.12036); TRL DPOTrainer",
         title_zh="直接偏好优化：从逐词元对数概率写 DPO 与 IPO 损失",
         question="Write the DPO loss (and IPO's) from the models' per-token log-probabilities.",
         question_zh="从模型的逐词元对数概率出发，手写 DPO（直接偏好优化）和 IPO 的损失。",
-        explanation="DPO trains the policy directly on preference pairs: the implicit reward is beta times the "
-                    "log-ratio to the reference, and the loss is Bradley-Terry on those implicit rewards (label "
-                    "smoothing mixes in the flipped label). A completion's log-probability is the sum of its tokens' "
-                    "log-probs; TRL's IPO uses their mean.",
+        explanation="DPO trains the policy directly on preference pairs: the implicit reward is beta times "
+                    "the log-ratio to the reference, and the loss is Bradley-Terry on those implicit rewards "
+                    "(label smoothing mixes in the flipped label). A completion's log-probability is the sum "
+                    "of its tokens' log-probs; TRL's IPO uses their mean.",
         explanation_zh="DPO 直接在偏好对上训练策略：隐式奖励是 β 乘以相对参考模型的对数比率，损失就是这些隐式奖励上的 "
                        "Bradley-Terry 损失（标签平滑再混入标签翻转的情形）。一个回答的对数概率是它各个词元对数概率之和；"
                        "TRL 的 IPO 用的是平均值。",

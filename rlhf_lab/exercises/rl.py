@@ -46,7 +46,8 @@ def _with_grad(observe_keys: tuple[str, ...]):
             return {"output": loss}
         observation = {"output": loss.detach().clone()}
         inputs = [kwargs[k] for k in observe_keys]
-        grads = torch.autograd.grad(loss.sum(), inputs, allow_unused=True) if loss.requires_grad else [None] * len(inputs)
+        grads = (torch.autograd.grad(loss.sum(), inputs, allow_unused=True) if loss.requires_grad
+                 else [None] * len(inputs))
         seen = {}
         for key, tensor, grad in zip(observe_keys, inputs, grads):
             if id(tensor) in seen:  # the same tensor passed twice (old_logprobs = logprobs): one gradient
@@ -126,19 +127,21 @@ def group_advantages_cases(seed: int) -> list[Case]:
     cases += [
         Case("two groups, different spreads", {"rewards": torch.tensor([1.0, 0, 0, 0, 4, 0, 2, 2]),
                                                 "num_generations": 4}, name_zh="两组，组内离散程度不同"),
-        Case("an all-equal group", {"rewards": torch.tensor([1.0, 1, 1, 1, 0, 1, 0, 1]), "num_generations": 4},
-             name_zh="有一组奖励全部相同"),
-        Case("a tiny spread (eps matters)", {"rewards": torch.tensor([0.0, 0, 0, 1e-3]), "num_generations": 4},
-             name_zh="组内差异极小（eps 起作用）"),
+        Case("an all-equal group", {"rewards": torch.tensor([1.0, 1, 1, 1, 0, 1, 0, 1]),
+                                     "num_generations": 4}, name_zh="有一组奖励全部相同"),
+        Case("a tiny spread (eps matters)", {"rewards": torch.tensor([0.0, 0, 0, 1e-3]),
+                                              "num_generations": 4}, name_zh="组内差异极小（eps 起作用）"),
     ]
     g = _generator(seed)
     for i in range(6):
         G = int(torch.randint(2, 9, (1,), generator=g))
         prompts = int(torch.randint(2, 5, (1,), generator=g))
-        rewards = torch.randint(0, 3, (prompts * G,), generator=g).float() / 2  # {0, 0.5, 1}: like task rewards
+        # {0, 0.5, 1}: like task rewards
+        rewards = torch.randint(0, 3, (prompts * G,), generator=g).float() / 2
         if i % 2:
             rewards = torch.randn(prompts * G, generator=g) * 3 + 1
-        cases.append(Case(f"random {i}: {prompts} prompts x G={G}", {"rewards": rewards, "num_generations": G},
+        cases.append(Case(f"random {i}: {prompts} prompts x G={G}",
+                          {"rewards": rewards, "num_generations": G},
                           name_zh=f"随机用例 {i}：{prompts} 个提示词 × G={G}"))
     return cases
 
@@ -149,8 +152,8 @@ def _group(name: str, message: str, zh: str) -> Mistake:
 
 
 GROUP_MISTAKES = (
-    _group("population_std", "std divides by G (population std, torch.std(unbiased=False) / numpy's default); "
-           "TRL and this lab use the sample std (G - 1), torch's default.",
+    _group("population_std", "std divides by G (population std, torch.std(unbiased=False) / numpy's "
+           "default); TRL and this lab use the sample std (G - 1), torch's default.",
            "标准差除以了 G（总体标准差，即 `torch.std(unbiased=False)`，也是 numpy 的默认写法）；TRL 和本实验用的是"
            "样本标准差（除以 G − 1），也就是 torch 的默认值。"),
     _group("batch_normalisation", "mean and std over the whole batch mix different prompts: the baseline "
@@ -191,7 +194,8 @@ def _gae_vector_snippet(rewards, values, mask, gamma, lam):
     for t in reversed(range(seq_len)):
         next_value = values[:, t + 1] * mask[:, t + 1] if t + 1 < seq_len else torch.zeros(batch)
         delta = rewards[:, t] + gamma * next_value - values[:, t]
-        advantage = (delta + gamma * lam * advantage * (mask[:, t + 1] if t + 1 < seq_len else 0)) * mask[:, t]
+        not_done = mask[:, t + 1] if t + 1 < seq_len else 0
+        advantage = (delta + gamma * lam * advantage * not_done) * mask[:, t]
         advantages.insert(0, advantage)
         returns.insert(0, advantage[:, None] + values[:, :-1])  # wrong: values[:, t]
     return torch.stack(advantages, 1), torch.stack(returns, 1)
@@ -279,7 +283,8 @@ def gae_cases(seed: int) -> list[Case]:
         seq_len = max(lengths) + 1  # at least one padded position in every row
         mask = _right_padded_mask(lengths, seq_len)
         rewards = torch.randn(len(lengths), seq_len, generator=g) * 0.1 * mask  # per-token KL penalties
-        rewards[torch.arange(len(lengths)), torch.tensor(lengths) - 1] += torch.rand(len(lengths), generator=g)
+        last = torch.tensor(lengths) - 1
+        rewards[torch.arange(len(lengths)), last] += torch.rand(len(lengths), generator=g)
         values = torch.randn(len(lengths), seq_len, generator=g)  # the critic also speaks on padding
         cases.append(Case(f"random {i}: lengths {lengths}, gamma {gamma}, lam {lam}",
                           {"rewards": rewards, "values": values, "mask": mask, "gamma": gamma, "lam": lam},
@@ -293,7 +298,8 @@ GAE_MISTAKES = (
             "A_t + V_t (`gae + values[t]`).", _gae_vector_snippet,
             zh="面经里流传的那段代码在循环里加的是整个向量 `values[:-1]`（`gae + values[:-1]`），于是每个回报都成了"
                "一个向量；第 t 个词元的回报应当是 A_t + V_t（`gae + values[t]`）。",
-            recognise=_returns_are_vectors, component=1, error_line=r"values\s*\[\s*(:\s*,\s*)?:\s*-\s*1\s*\]"),
+            recognise=_returns_are_vectors, component=1,
+            error_line=r"values\s*\[\s*(:\s*,\s*)?:\s*-\s*1\s*\]"),
     Mistake("missing_lambda", "A_t = delta_t + gamma * lam * A_{t+1}: the recursion lost its lam "
             "(that is lam = 1, Monte Carlo returns).", _gae_missing_lambda,
             zh="A_t = δ_t + γ·λ·A_{t+1}：递推式里漏掉了 λ（相当于 λ = 1，即蒙特卡洛回报）。"),
@@ -308,8 +314,8 @@ GAE_MISTAKES = (
     Mistake("forward_order", "A_t depends on A_{t+1}: loop over t backwards (reversed(range(T))).",
             _gae_forward_order, zh="A_t 依赖 A_{t+1}：时间步要倒序遍历（`reversed(range(T))`）。"),
     Mistake("mask_ignored", "the mask is not used: the recursion runs on through the padded positions "
-            "(bootstrapping the critic's values there) and they come out non-zero. The episode ends at the last "
-            "real token (not_done_t = mask_{t+1}); padded positions get A = R = 0.", _gae_mask_ignored,
+            "(bootstrapping the critic's values there) and they come out non-zero. The episode ends at the "
+            "last real token (not_done_t = mask_{t+1}); padded positions get A = R = 0.", _gae_mask_ignored,
             zh="完全没有用到掩码：递推一路穿过填充位置（用上了价值模型在那里的输出），填充位置的结果也不为 0。"
                "回合在最后一个真实词元处结束（`not_done_t = mask_{t+1}`），填充位置的 A 和 R 都应为 0。"),
 )
@@ -380,7 +386,8 @@ WHITEN_MISTAKES = (
     Mistake("padding_not_zeroed", "padded positions must come out as 0 (multiply by the mask, or "
             "torch.where).", _whiten_padding_kept,
             zh="填充位置的输出必须是 0（乘以掩码，或用 `torch.where`）。"),
-    Mistake("missing_epsilon", "no epsilon: constant values give 0/0 = nan. Use (x - mean) / sqrt(var + 1e-8).",
+    Mistake("missing_epsilon", "no epsilon: constant values give 0/0 = nan. Use (x - mean) / sqrt(var + "
+                               "1e-8).",
             _whiten_missing_eps, zh="没有加 eps：数值全部相同时会得到 0/0 = nan。应写成 (x − mean) / sqrt(var + 1e-8)。"),
 )
 
@@ -752,8 +759,8 @@ EXERCISES = [
         question="How does GRPO get a baseline without a critic?",
         question_zh="GRPO 没有价值模型，它的基线从哪里来？",
         explanation="Sample G answers to the same prompt and use the group as its own baseline: an answer's "
-                    "advantage is how many standard deviations its reward sits above the group mean. Every token "
-                    "of the answer gets that one value.",
+                    "advantage is how many standard deviations its reward sits above the group mean. Every "
+                    "token of the answer gets that one value.",
         explanation_zh="对同一个提示词采样 G 个回答，用这一组自己做基线：一个回答的优势，就是它的奖励比组内均值高出"
                        "几个标准差。这个回答的每个词元都用这同一个值。",
         hints_zh=("`rewards.view(-1, G)` 让每一行正好是一个提示词的那一组。",
@@ -785,8 +792,9 @@ EXERCISES = [
         question="Write GAE. Why does the loop run backwards?",
         question_zh="手写 GAE（广义优势估计）。为什么循环要倒着跑？",
         explanation="GAE blends one-step TD errors with exponentially decaying weights (lambda) so that the "
-                    "advantage trades bias for variance. Each A_t needs A_{t+1}, so it is computed from the last "
-                    "token backwards; the episode ends at the last real token, where nothing is bootstrapped.",
+                    "advantage trades bias for variance. Each A_t needs A_{t+1}, so it is computed from the "
+                    "last token backwards; the episode ends at the last real token, where nothing is "
+                    "bootstrapped.",
         explanation_zh="GAE 把各步的时序差分误差按 λ 指数衰减加权求和，在偏差和方差之间做权衡。每个 A_t 都要用到 "
                        "A_{t+1}，所以要从最后一个词元往前算；回合在最后一个真实词元处结束，之后不再用价值估计自举。",
         hints_zh=("A_t 要用到 A_{t+1}：t 从最后一列倒着循环到 0。",
@@ -804,13 +812,15 @@ EXERCISES = [
     """''',
         reference=whiten, make_cases=whiten_cases, mistakes=WHITEN_MISTAKES,
         hints=("values[mask.bool()] is the 1-D tensor of real values.",
-               "One mean and one variance for the whole batch.", "torch.where(mask.bool(), x, 0) clears padding."),
+               "One mean and one variance for the whole batch.", "torch.where(mask.bool(), x, 0) clears "
+                                                                 "padding."),
         source="TRL masked_whiten; OpenAI lm-human-preferences",
         title_zh="优势白化",
         question="Why whiten advantages, and over what?",
         question_zh="为什么要对优势做白化？在什么范围上做？",
-        explanation="PPO rescales the batch's advantages to mean 0 and standard deviation 1, so the step size does "
-                    "not depend on the reward scale. The statistics come from the real tokens of the whole batch only.",
+        explanation="PPO rescales the batch's advantages to mean 0 and standard deviation 1, so the step "
+                    "size does not depend on the reward scale. The statistics come from the real tokens of "
+                    "the whole batch only.",
         explanation_zh="PPO 把一个批次的优势缩放到均值 0、标准差 1，这样更新步长就不受奖励量纲的影响。统计量只取整个"
                        "批次里的真实词元。",
         hints_zh=("`values[mask.bool()]` 就是所有真实位置上的值组成的一维张量。",
@@ -839,9 +849,9 @@ EXERCISES = [
         title_zh="PPO/GRPO 的裁剪替代目标，含 eps_low / eps_high",
         question="Implement the core of PPO's policy loss under time pressure.",
         question_zh="限时手写 PPO 策略损失的核心部分。",
-        explanation="The importance ratio re-weights samples from the old policy; clipping it removes the incentive "
-                    "to move the ratio outside [1 - eps_low, 1 + eps_high], and the min keeps the pessimistic bound. "
-                    "The old policy's log-probs are data: no gradient flows into them.",
+        explanation="The importance ratio re-weights samples from the old policy; clipping it removes the "
+                    "incentive to move the ratio outside [1 - eps_low, 1 + eps_high], and the min keeps the "
+                    "pessimistic bound. The old policy's log-probs are data: no gradient flows into them.",
         explanation_zh="重要性采样比率给旧策略采到的样本重新加权；对它做裁剪，就不再有把比率推出 "
                        "[1 − eps_low, 1 + eps_high] 的动力，取 min 则保证用的是悲观下界。旧策略的对数概率是数据，"
                        "梯度不流向它。",
@@ -866,17 +876,17 @@ EXERCISES = [
         title_zh="k1、k2、k3 三种 KL 估计量",
         question="What are k1, k2 and k3, and which one does GRPO use?",
         question_zh="k1、k2、k3 分别是什么？GRPO 用的是哪一个？",
-        explanation="The KL to the reference is estimated per sampled token from two log-probabilities. k1 is "
-                    "unbiased but can be negative; k3 is unbiased and never negative, which is why GRPO adds beta "
-                    "times k3 to its loss.",
+        explanation="The KL to the reference is estimated per sampled token from two log-probabilities. k1 "
+                    "is unbiased but can be negative; k3 is unbiased and never negative, which is why GRPO "
+                    "adds beta times k3 to its loss.",
         explanation_zh="相对参考模型的 KL 散度，是在每个采样到的词元上用两个对数概率来估计的。k1 无偏但可能为负；k3 "
                        "无偏且永远非负，所以 GRPO 在损失里加的是 β 乘以 k3。",
         hints_zh=("三者都只是每个词元上一个数的函数：x = log π_ref − log π。",
                   "k3 始终 ≥ 0，且 π = π_ref 时 k3 = 0。"),
     ),
     Exercise(
-        name="gspo_ratio", title="GSPO's sequence-level importance ratio", topic="losses", difficulty="medium",
-        minutes=10,
+        name="gspo_ratio", title="GSPO's sequence-level importance ratio", topic="losses",
+        difficulty="medium", minutes=10,
         signature='''def gspo_ratio(logprobs, old_logprobs, mask):
     """GSPO's length-normalised sequence ratio, broadcast to every token. (batch, seq) -> (batch, seq).
 
@@ -894,8 +904,8 @@ EXERCISES = [
         title_zh="GSPO 组序列策略优化：序列级重要性比率",
         question="How does GSPO's importance ratio differ from GRPO's?",
         question_zh="GSPO 的重要性采样比率和 GRPO 的有什么不同？",
-        explanation="GSPO uses one ratio per answer: the geometric mean of its token ratios, so that long and short "
-                    "answers live on the same scale and a whole answer is clipped or not.",
+        explanation="GSPO uses one ratio per answer: the geometric mean of its token ratios, so that long "
+                    "and short answers live on the same scale and a whole answer is clipped or not.",
         explanation_zh="GSPO 每个回答只用一个比率：各词元比率的几何平均。这样长回答和短回答处在同一量级上，裁剪也是对"
                        "整个回答要么裁、要么不裁。",
         hints_zh=("比率的几何平均，就是对数比率的平均再取指数。",
@@ -922,15 +932,16 @@ EXERCISES = [
         title_zh="四种损失聚合方式：grpo、bnpo、dr_grpo、dapo",
         question="What do the loss_type options of TRL's GRPOTrainer change?",
         question_zh="TRL 的 GRPOTrainer 里 loss_type 的几个选项改变的是什么？",
-        explanation="Only how per-token losses are averaged, which sets each token's weight: per sequence first "
-                    "(grpo), over all tokens (bnpo/dapo), or by a constant (dr_grpo).",
+        explanation="Only how per-token losses are averaged, which sets each token's weight: per sequence "
+                    "first (grpo), over all tokens (bnpo/dapo), or by a constant (dr_grpo).",
         explanation_zh="只改变逐词元损失的平均方式，也就决定了每个词元的权重：先按序列平均（grpo）、对所有词元平均"
                        "（bnpo/dapo），或者除以一个常数（dr_grpo）。",
         hints_zh=("先乘掩码：`per_token_loss * mask`。词元总数是 `mask.sum()`。",
                   "Dr. GRPO 的归一化常数与回答的长度完全无关。"),
     ),
     Exercise(
-        name="clipped_value_loss", title="PPO's clipped value loss", topic="losses", difficulty="easy", minutes=10,
+        name="clipped_value_loss", title="PPO's clipped value loss", topic="losses", difficulty="easy",
+        minutes=10,
         signature='''def clipped_value_loss(values, old_values, returns, mask, clip_range_value: float):
     """PPO's clipped value loss over real tokens. All (batch, seq); returns a scalar.
 
@@ -947,8 +958,8 @@ EXERCISES = [
         title_zh="PPO 的裁剪价值损失",
         question="Why does PPO clip its value loss, and how?",
         question_zh="PPO 为什么要裁剪价值损失？怎么裁剪？",
-        explanation="The critic's prediction may not move more than c from the value the rollout saw without paying "
-                    "for it; like the policy loss it takes the pessimistic (larger) error.",
+        explanation="The critic's prediction may not move more than c from the value the rollout saw without "
+                    "paying for it; like the policy loss it takes the pessimistic (larger) error.",
         explanation_zh="价值模型的预测偏离采样时的旧值超过 c 就要付出代价；和策略损失一样，它取的是悲观的（较大的）那个误差。",
         hints_zh=("用 `torch.clamp` 围绕采样时看到的旧值 V_old 做裁剪。",
                   "取悲观估计：两个平方误差中较大的那个。"),

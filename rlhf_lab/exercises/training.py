@@ -142,9 +142,10 @@ SUMMARY_METRICS = ("reward_mean", "eval_accuracy")
 NOTES = {
     "en": {
         "stopped": "Training with your {name} stopped: {error}",
-        "one_seed": "One seed, {steps} steps per run: a short single-seed run may not show a mistake (noise alone "
-                    "can put a wrong function above the reference, or hide the gap). Pass seeds=(0, 1, 2) to see "
-                    "the spread over seeds; the checker, exercises.check(\"{name}\", ...), is the test.",
+        "one_seed": "One seed, {steps} steps per run: a short single-seed run may not show a mistake (noise "
+                    "alone can put a wrong function above the reference, or hide the gap). Pass seeds=(0, 1, "
+                    "2) to see the spread over seeds; the checker, exercises.check(\"{name}\", ...), is the "
+                    "test.",
         "spread": "Final values over {count} seeds (mean +- std; each seed gives both runs the same start):",
     },
     "zh": {
@@ -182,7 +183,8 @@ def compare_with_reference(name: str, function: Callable, settings: dict | None 
                                                                                                    seed=seed))
         except Exception as error:  # the learner's code may fail in any way; the reference run still shows
             print(notes["stopped"].format(name=name, error=f"{type(error).__name__}: {error}"))
-        runs.append(train_with(name, None, settings, seed=seed, **kwargs).history.assign(run="reference", seed=seed))
+        reference = train_with(name, None, settings, seed=seed, **kwargs)
+        runs.append(reference.history.assign(run="reference", seed=seed))
     runs = pd.concat(runs, ignore_index=True)
     if len(seeds) == 1:
         print(notes["one_seed"].format(steps=int(runs["step"].max()), name=name))
@@ -229,8 +231,8 @@ def plot_comparison(runs: pd.DataFrame, metrics: tuple[str, ...] = ("reward_mean
                 continue
             by_step = rows.groupby("step")[metric]
             mean = by_step.mean()
-            ax.plot(mean.index, mean.values, linestyle=style, marker="o" if metric == "eval_accuracy" else None,
-                    markersize=4, color=color, label=run)
+            ax.plot(mean.index, mean.values, linestyle=style, color=color, label=run,
+                    marker="o" if metric == "eval_accuracy" else None, markersize=4)
             if "seed" in rows and rows["seed"].nunique() > 1:
                 ax.fill_between(mean.index, by_step.min().values, by_step.max().values, color=color,
                                 alpha=0.12 if run == "yours" else 0.06, linewidth=0)

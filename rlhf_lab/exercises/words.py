@@ -26,7 +26,8 @@ WORDS = {
                     "{message}",
         "partial": "Partly explained: [{name}] reproduces {count} of the {failed} failing cases ({which}): "
                    "{message}",
-        "unexplained": "The other {count} failing case(s) ({which}) have another cause; the smallest is below.",
+        "unexplained": "The other {count} failing case(s) ({which}) have another cause; the smallest is "
+                       "below.",
         "component_ref": "Output {index} ({name}) agrees with the reference on every case.",
         "component_mistake": "Output {index} ({name}) shows [{mistake}] on every case: {message}",
         "none": "No catalogued mistake matches; compare with the case below.",
@@ -53,10 +54,10 @@ WORDS = {
         "python_number": "returns a Python number where a tensor of shape {shape} is expected: keep the "
                          "tensor (no .item()), so that the gradient can flow.",
         "wrong_type": "returns {got} where {expected} is expected.",
-        "scalar_mean": "returns one number (shape ()) where {unit} is expected (shape {shape}); it equals their "
-                       "mean: drop the final .mean().",
-        "scalar_sum": "returns one number (shape ()) where {unit} is expected (shape {shape}); it equals their "
-                      "sum: drop the final .sum().",
+        "scalar_mean": "returns one number (shape ()) where {unit} is expected (shape {shape}); it equals "
+                       "their mean: drop the final .mean().",
+        "scalar_sum": "returns one number (shape ()) where {unit} is expected (shape {shape}); it equals "
+                      "their sum: drop the final .sum().",
         "scalar": "returns one number (shape ()) where {unit} is expected (shape {shape}).",
         "shape": "shape {got} where {expected} is expected.",
         "dtype": "dtype {got} where {expected} is expected.",
