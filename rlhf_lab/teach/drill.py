@@ -612,7 +612,7 @@ QUESTIONS: tuple[Question, ...] = (
         "is measured against. Write the state atomically, so that a kill during the save leaves the "
         "previous one. Then test it: stop a run, resume it, and diff the histories.",
         "把下一步要读取的东西全部保存下来，续训就能与不中断的训练逐步一致。要保存的包括：策略的权重（以及独立价值"
-        "模型的权重）、优化器的动量和步数、所有随机数生成器的状态（采样和数据顺序）、算法自身的状态（例如自适应 KL "
+        "模型的权重）、优化器的动量和步数、所有随机数生成器的状态（采样和数据顺序）。还包括算法自身的状态（例如自适应 KL "
         "系数）、数据读到的位置和当前步数，以及 KL 所对照的参考模型是哪个版本。保存要原子化：即使保存时进程被杀，"
         "留下的也是上一份完整的状态。最后要实际测一次：中途停下，续训，再逐行比对训练历史。",
         "**Save the weights, optimiser moments, every RNG state, the KL controller, the data position and "
