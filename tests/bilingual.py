@@ -2,11 +2,13 @@
 model answer exists in English and in Chinese, and each box is something a candidate can say.
 
     import nbformat
-    from bilingual import notebook_problems
-    assert notebook_problems(nbformat.read(path, as_version=4)) == []
+    from bilingual import language_problems, notebook_problems
+    nb = nbformat.read(path, as_version=4)
+    assert notebook_problems(nb, language_problems) == []   # every box and answer in both languages
+    assert notebook_problems(nb) == []                      # ... and every box sayable
 
 A box is a blockquote paragraph that starts with the bold label `BOX_EN` ("What to say in an
-interview") or `BOX_ZH` ("面试怎么说"); each English box needs a Chinese one in the same cell, and
+interview") or `BOX_ZH` ("面试怎么答"); each English box needs a Chinese one in the same cell, and
 the other way round. Its text after the label is one bold sentence, then at most two more: at most
 three sentences and 60 English words. A model answer is a paragraph that starts with the bold label
 `ANSWER_EN` or `ANSWER_ZH`, and it too needs its other language in the same cell. The English text
@@ -83,13 +85,11 @@ def labelled(markdown: str, label: str) -> list[str]:
 
 
 def box_text_problems(text: str, language: str) -> list[str]:
-    """What is wrong with one box's text (after its label): `language` is "en" or "zh"."""
+    """What makes one box's text (after its label) hard to say: `language` is "en" or "zh"."""
     problems = []
     if language == "en":
         first = re.match(r"\*\*(.+?[.!?])\*\*", text)
         sentences = english_sentences(text)
-        if has_chinese(text):
-            problems.append("English box holds Chinese characters")
         if word_count(text) > MAX_BOX_WORDS:
             problems.append(f"English box has {word_count(text)} words (at most {MAX_BOX_WORDS})")
         if first and len(english_sentences(first.group(1))) != 1:
@@ -97,8 +97,6 @@ def box_text_problems(text: str, language: str) -> list[str]:
     else:
         first = re.match(r"\*\*(.+?[。！？])\*\*", text)
         sentences = chinese_sentences(text)
-        if not has_chinese(text):
-            problems.append("Chinese box holds no Chinese")
         if first and len(chinese_sentences(first.group(1))) != 1:
             problems.append("Chinese box: the bold part is more than one sentence")
     if not first:
@@ -108,17 +106,14 @@ def box_text_problems(text: str, language: str) -> list[str]:
     return problems
 
 
-def cell_problems(markdown: str) -> list[str]:
-    """Interview boxes and model answers of one markdown cell that lack their other language, or break
-    the box rules."""
+def language_problems(markdown: str) -> list[str]:
+    """Interview boxes and model answers of one markdown cell that lack their other language."""
     problems = []
     boxes_en, boxes_zh = labelled(markdown, BOX_EN), labelled(markdown, BOX_ZH)
     if len(boxes_en) != len(boxes_zh):
         problems.append(f"{len(boxes_en)} English interview box(es) but {len(boxes_zh)} Chinese one(s)")
-    for text in boxes_en:
-        problems += box_text_problems(text, "en")
-    for text in boxes_zh:
-        problems += box_text_problems(text, "zh")
+    problems += ["English box holds Chinese characters" for text in boxes_en if has_chinese(text)]
+    problems += ["Chinese box holds no Chinese" for text in boxes_zh if not has_chinese(text)]
     answers_en, answers_zh = labelled(markdown, ANSWER_EN), labelled(markdown, ANSWER_ZH)
     if len(answers_en) != len(answers_zh):
         problems.append(f"{len(answers_en)} English model answer(s) but {len(answers_zh)} Chinese one(s)")
@@ -127,7 +122,20 @@ def cell_problems(markdown: str) -> list[str]:
     return problems
 
 
-def notebook_problems(nb) -> list[str]:
-    """`cell_problems` of every markdown cell of a notebook (an nbformat node), as "cell N: ..."."""
+def box_rule_problems(markdown: str) -> list[str]:
+    """Boxes of one markdown cell that a candidate could not say: not one bold sentence and at most two
+    more, or over MAX_BOX_WORDS English words."""
+    return ([p for text in labelled(markdown, BOX_EN) for p in box_text_problems(text, "en")]
+            + [p for text in labelled(markdown, BOX_ZH) for p in box_text_problems(text, "zh")])
+
+
+def cell_problems(markdown: str) -> list[str]:
+    """`language_problems` and `box_rule_problems` of one markdown cell."""
+    return language_problems(markdown) + box_rule_problems(markdown)
+
+
+def notebook_problems(nb, check=cell_problems) -> list[str]:
+    """`check` (default: every rule) on every markdown cell of a notebook (an nbformat node), as
+    "cell N: ...". `check=language_problems` asks only that each box and answer has its other language."""
     return [f"cell {index}: {problem}" for index, cell in enumerate(nb.cells) if cell.cell_type == "markdown"
-            for problem in cell_problems(cell.source)]
+            for problem in check(cell.source)]

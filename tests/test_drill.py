@@ -16,6 +16,7 @@ from bilingual import (
     MAX_BOX_WORDS,
     cell_problems,
     english_sentences,
+    language_problems,
     mean_sentence_words,
     notebook_problems,
     word_count,
@@ -131,6 +132,9 @@ def test_the_bilingual_check_can_fail():
     assert "Chinese box holds no Chinese" in cell_problems(untranslated)
     not_bold = box.replace(drill.question(1).say_en, drill.question(1).say_en.replace("**", ""))
     assert "en box does not start with one bold sentence" in cell_problems(not_bold)
+    assert language_problems(not_bold) == []  # both languages are there; only a box rule is broken
+    two_bold = box.replace("**Report kappa, not raw agreement.**", "**Report kappa. Not raw agreement.**")
+    assert "English box: the bold part is more than one sentence" in cell_problems(two_bold)
     long = box.replace(drill.question(1).say_en, drill.question(1).say_en + " One more. And another one.")
     assert "en box has 5 sentences (at most 3)" in cell_problems(long)
     wordy = box.replace(drill.question(1).say_en, "**Short.** " + " ".join(["word"] * MAX_BOX_WORDS))

@@ -25,7 +25,7 @@ PLANNED_NOTEBOOKS: tuple[str, ...] = ()
 
 DRILL_NOTEBOOK = "13_interview_drill.ipynb"
 BOX_EN = "What to say in an interview"  # the label of an interview box, and of its Chinese twin
-BOX_ZH = "面试怎么说"
+BOX_ZH = "面试怎么答"
 ANSWER_EN, ANSWER_ZH = "Model answer", "参考答案"
 LANGUAGES = ("both", "en", "zh")
 
