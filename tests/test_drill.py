@@ -111,7 +111,7 @@ def test_the_notebook_shows_the_question_bank(notebook):
     for q in drill.QUESTIONS:
         section = sections[q.number]
         assert section["heading"] == q.heading
-        assert drill.question_markdown(q.number) in section["text"], f"Q{q.number}'s text differs from the bank"
+        assert drill.question_markdown(q.number) in section["text"], f"Q{q.number}'s answer differs from the bank"
         assert drill.box_markdown(q.number) in section["after"], f"Q{q.number}'s box differs from the bank"
 
 
@@ -243,7 +243,8 @@ def markdown_links(text: str) -> list[tuple[str, str]]:
 
 
 def test_link_check_can_fail():
-    assert link_problems([("06_ppo.ipynb", "No-such-section"), ("99_nothing.ipynb", ""), ("12_dpo.ipynb", "x")]) == [
+    links = [("06_ppo.ipynb", "No-such-section"), ("99_nothing.ipynb", ""), ("12_dpo.ipynb", "x")]
+    assert link_problems(links) == [
         "06_ppo.ipynb#No-such-section: no such heading", "99_nothing.ipynb: no such file",
         "12_dpo.ipynb#x: no such heading"]
 
@@ -321,6 +322,14 @@ def test_glossary_has_every_term_learners_search_for_mapped_to_its_function():
     assert len(by_zh) == len(drill.GLOSSARY), "a term listed twice"
 
 
+def test_the_committed_outputs_show_the_current_bank(notebook):
+    """The mock-interview card and the glossary table were printed from the bank as it is now."""
+    cells = {cell.get("id"): cell for cell in notebook.cells}
+    card = drill.mock_interview(seed=0, use_widgets=False).data
+    assert cells["mock-static"].outputs[0]["data"]["text/html"] == card
+    assert cells["glossary"].outputs[0]["data"]["text/markdown"] == drill.glossary_markdown()
+
+
 def test_the_committed_myth_table_shows_every_claim(notebook):
     myths = next(cell for cell in notebook.cells if cell.get("id") == "myths")
     text = myths.outputs[0]["data"]["text/markdown"]
@@ -378,7 +387,8 @@ def test_forward_gae_is_the_wrong_direction():
     right, _ = gae(rewards, values, mask, 1.0, 0.95)
     torch.testing.assert_close(right, torch.tensor([[0.45125, 0.475, 0.5]]))
     # Padding: nothing leaks from a padded position, whichever the direction.
-    padded, _ = forward_gae(torch.tensor([[1.0, 0.0]]), torch.zeros(1, 2), torch.tensor([[1.0, 0.0]]), 1.0, 1.0)
+    one_token = torch.tensor([[1.0, 0.0]])
+    padded, _ = forward_gae(one_token, torch.zeros(1, 2), one_token, 1.0, 1.0)
     torch.testing.assert_close(padded, torch.tensor([[1.0, 0.0]]))
 
 
@@ -404,9 +414,11 @@ def test_bfloat16_old_logprobs_move_on_policy_ratios():
     generator = torch.Generator().manual_seed(0)
     logprobs = -torch.rand(4, 6, generator=generator) * 5
     mask = torch.ones(4, 6)
-    minibatch = Rollout(input_ids=torch.zeros(4, 8, dtype=torch.long), attention_mask=torch.ones(4, 8), prompt_width=2,
+    minibatch = Rollout(input_ids=torch.zeros(4, 8, dtype=torch.long), attention_mask=torch.ones(4, 8),
+                        prompt_width=2,
                         completion_ids=torch.zeros(4, 6, dtype=torch.long), completion_mask=mask,
-                        rewards=torch.zeros(4), correct=torch.zeros(4), finished=torch.ones(4, dtype=torch.bool),
+                        rewards=torch.zeros(4), correct=torch.zeros(4),
+                        finished=torch.ones(4, dtype=torch.bool),
                         num_generations=2, old_logprobs=logprobs.clone(), old_values=torch.zeros(4, 6),
                         advantages=torch.randn(4, 6, generator=generator), returns=torch.zeros(4, 6))
     policy = PolicyOutput(logprobs=logprobs.clone(), entropy=None, values=torch.zeros(4, 6))
