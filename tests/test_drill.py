@@ -111,7 +111,7 @@ def test_the_notebook_shows_the_question_bank(notebook):
     for q in drill.QUESTIONS:
         section = sections[q.number]
         assert section["heading"] == q.heading
-        assert drill.question_markdown(q.number) in section["text"], f"Q{q.number}'s answer differs from the bank"
+        assert drill.question_markdown(q.number) in section["text"], f"Q{q.number}'s answer differs"
         assert drill.box_markdown(q.number) in section["after"], f"Q{q.number}'s box differs from the bank"
 
 
