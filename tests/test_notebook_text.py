@@ -24,7 +24,7 @@ from tools.prose_check import (
 )
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
-NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]*_*.ipynb"))
 
 
 def code(source: str = "pass", stdout: str | None = None, result: str | None = None, html: str | None = None):
