@@ -174,6 +174,23 @@ def score_completions(reward_fn, prompts: Sequence[str], completions: Sequence[s
     return torch.tensor([float(v) for v in values], dtype=torch.float32)
 
 
+def learned_models(reward, depth: int = 3) -> list[torch.nn.Module]:
+    """The torch modules a reward holds: itself, or those among its attributes and their containers
+    (a WeightedReward's parts, a TimedReward's reward, an ensemble's members), `depth` levels down."""
+    if isinstance(reward, torch.nn.Module):
+        return [reward]
+    if depth == 0 or isinstance(reward, (str, bytes, type)):
+        return []
+    if isinstance(reward, dict):
+        parts = list(reward.values())
+    elif isinstance(reward, (list, tuple)):
+        parts = list(reward)
+    else:
+        parts = list(getattr(reward, "__dict__", {}).values())
+    found = {id(module): module for part in parts for module in learned_models(part, depth - 1)}
+    return list(found.values())
+
+
 def exact_match_reward(task):
     """The task's exact-match score as a batch reward (`task.score`, built once): the accuracy metric."""
     return task.reward_fn({task.accuracy_reward: 1.0})

@@ -54,7 +54,7 @@ from .metrics import (
     step_distributions,
     step_row,
 )
-from .rollout import PolicyOutput, Rollout, RolloutSampler, exact_match_reward, policy_forward
+from .rollout import PolicyOutput, Rollout, RolloutSampler, exact_match_reward, learned_models, policy_forward
 from .routing import RoutingMonitor, check_routing_replay, is_moe
 
 __all__ = ["Callback", "LossAndGradient", "NonFiniteLossError", "StepDistributions", "Trainer"]
@@ -374,23 +374,6 @@ class Trainer(TrainingLoop):
         if distributions is not None:
             self.distributions.append(distributions)
         return row
-
-
-def learned_models(reward, depth: int = 3) -> list[torch.nn.Module]:
-    """The torch modules a reward holds: itself, or those among its attributes and their containers
-    (a WeightedReward's parts, a TimedReward's reward, an ensemble's members), `depth` levels down."""
-    if isinstance(reward, torch.nn.Module):
-        return [reward]
-    if depth == 0 or isinstance(reward, (str, bytes, type)):
-        return []
-    if isinstance(reward, dict):
-        parts = list(reward.values())
-    elif isinstance(reward, (list, tuple)):
-        parts = list(reward)
-    else:
-        parts = list(getattr(reward, "__dict__", {}).values())
-    found = {id(module): module for part in parts for module in learned_models(part, depth - 1)}
-    return list(found.values())
 
 
 def check_rollout_fits(trainer: Trainer) -> None:
