@@ -410,7 +410,7 @@ def describe_os_error(error: OSError, args: argparse.Namespace) -> str:
 
     if error.errno is None:  # a message of the lab's own (FolderLock: the folder is not writable)
         return str(error)
-    if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+    if error.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG):  # EDQUOT: POSIX
         todo = "free some space"
     elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         todo = "choose a folder you can write to"
