@@ -24,7 +24,7 @@ from tools.prose_check import (
 )
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
-NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]*_*.ipynb"))
 
 
 def code(source: str = "pass", stdout: str | None = None, result: str | None = None, html: str | None = None):
@@ -275,11 +275,6 @@ def test_fast_times_are_not_full_mode_times_and_a_missing_statement_is_reported(
 # --- the committed notebooks ------------------------------------------------------------------------
 
 
-# First cells that state a full-mode run time their last cell does not print, until the notebook rewrite
-# of issue 38 fixes them. The test below fails when such a notebook is right again: then remove its entry.
-RUN_TIME_PENDING = {"01_sampling.ipynb": "32 s"}
-
-
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_checker_reports_a_planted_wrong_run_time(path):
     """Each committed notebook's run-time statement, made a third too long, is reported."""
@@ -343,11 +338,6 @@ def test_prose_numbers_come_from_committed_outputs(path):
     rewriting the text from the output, or, for a number quoted from a paper, by cell metadata
     {"prose_check": {"allow": [...], "reason": "..."}}."""
     findings = check_notebook(nbformat.read(path, as_version=4), path.name)
-    pending = RUN_TIME_PENDING.get(path.name)
-    if pending is not None:
-        known = [f for f in findings if f.cell == 0 and f.number == pending and "last code cell" in f.context]
-        assert known, f"{path.name} states its full-mode run time right now: remove it from RUN_TIME_PENDING"
-        findings = [f for f in findings if f not in known]
     assert not findings, (f"{len(findings)} number(s) in the prose of {path.name} that no output above "
                           "supports:\n" + "\n".join(f"  {f}" for f in findings))
 

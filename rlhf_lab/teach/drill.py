@@ -98,6 +98,7 @@ def _escape_md(text: str) -> str:
 S = Section  # short name for the tables below
 NB03, NB05, NB06, NB07, NB08, NB09 = ("03_kv_cache.ipynb", "05_policy_gradients.ipynb", "06_ppo.ipynb",
                                       "07_grpo.ipynb", "08_gspo.ipynb", "09_showdown.ipynb")
+NB07B = "07b_grpo_variants.ipynb"
 NB10, NB11, NB12, NB15 = ("10_reward_models.ipynb", "11_reward_hacking.ipynb", "12_dpo.ipynb",
                           "15_moe_and_gspo.ipynb")
 EXERCISES2 = "exercises/02_mechanisms_and_coding.ipynb"
@@ -219,7 +220,7 @@ QUESTIONS: tuple[Question, ...] = (
         "**基线在不引入偏差的前提下降低方差、去掉题目难度，除以标准差则统一尺度。** 但除以标准差也放大了几乎全对"
         "和几乎全错的题，Dr. GRPO 因此去掉了这一步。奖励为 0/1 时，原始奖励永远不会把错误答案往下压。",
         (S(NB05, "3. Q5 — Why advantages and not raw rewards? Baselines"),
-         S(NB07, "The question-difficulty bias: dividing by the group std"))),
+         S(NB07B, "The question-difficulty bias: dividing by the group std"))),
     Question(
         6, "A", "重要性采样：为什么需要它？为什么要裁剪？", "Importance sampling: why, and why clip?",
         "After the first optimiser step, the batch was sampled by an older policy. Weighting each token by "
@@ -895,7 +896,7 @@ GLOSSARY: tuple[Term, ...] = (
          ("rlhf_lab.rl.GSPO", "rlhf_lab.rl.losses.gspo_ratio"), (S(NB08, "1. One ratio per completion"),)),
     Term("熵", "entropy", ("rlhf_lab.rl.losses.entropy_from_logits",), (METRICS_SECTION,)),
     Term("熵坍缩", "entropy collapse", ("RLConfig.epsilon_high",),
-         (S(NB07, "Clip-higher: why make the clip range asymmetric?"),)),
+         (S(NB07B, "Clip-higher: why make the clip range asymmetric?"),)),
     Term("梯度裁剪", "gradient clipping", ("RLConfig.max_grad_norm",), (_drill(26),)),
     Term("断点续训", "resuming from a checkpoint",
          ("rlhf_lab.train.run_state.save_state", "rlhf_lab.train.run_state.load_state",
