@@ -81,6 +81,7 @@ def same(a, b) -> bool:
 
 
 def compare(before: dict, after: dict) -> list[str]:
+    """Every value recorded before, compared; a column the change added is listed apart (new_columns)."""
     problems = []
     for name in VARIANTS:
         if name not in before:
@@ -91,7 +92,7 @@ def compare(before: dict, after: dict) -> list[str]:
         if len(b["rows"]) != len(a["rows"]):
             problems.append(f"{name}: {len(b['rows'])} rows before, {len(a['rows'])} after")
         for i, (rb, ra) in enumerate(zip(b["rows"], a["rows"])):
-            for key in sorted(set(rb) | set(ra)):
+            for key in sorted(rb):
                 if not same(rb.get(key), ra.get(key)):
                     problems.append(f"{name}: row {i} column {key}: {rb.get(key)!r} before, {ra.get(key)!r} after")
     return problems
@@ -121,6 +122,11 @@ def main(argv=None) -> int:
     problems = compare({k: v for k, v in before.items() if k in results}, results)
     for line in problems[:50]:
         print(line)
+    for name in results:
+        if name in before and before[name]["rows"]:
+            added = sorted(set(results[name]["rows"][-1]) - set(before[name]["rows"][-1]))
+            if added:
+                print(f"{name}: new columns {added}")
     print(f"{len(names)} variants compared: {'identical' if not problems else f'{len(problems)} differences'}")
     return 1 if problems else 0
 

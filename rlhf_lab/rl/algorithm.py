@@ -5,6 +5,7 @@ The loop (trainer.py) runs the same phases for every method and asks the algorit
     setup(policy)                     build what the method needs beside the policy  (PPO: its critic)
     check_budget(max_length)          refuse settings the generation budget cannot hold (DAPO)
     models()                          those models, trained with the policy           (PPO's separate critic)
+    parameter_groups(policy_params)   the optimiser's groups and their learning rates (PPO's critic rate)
     shape_rollout(rollout, sampler)   change the batch before the loss sees it        (DAPO, ReMax)
     needs_old_logprobs                must log pi_old be computed at rollout time?    (off-policy, PPO)
     needs_reference_logprobs          does the loss or the advantage use log pi_ref?  (PPO; beta > 0)
@@ -78,9 +79,15 @@ class Algorithm(ABC):
         """Raise ValueError naming a setting that the generation budget cannot hold, at construction."""
 
     def models(self) -> dict[str, torch.nn.Module]:
-        """Models this method trains besides the policy, by name: their parameters join the optimiser
-        and their weights the saved state."""
+        """Models this method trains besides the policy, by name: their trainable parameters join the
+        optimiser and their weights the saved state."""
         return {}
+
+    def parameter_groups(self, policy_parameters: list) -> list[dict]:
+        """AdamW's parameter groups, each with the base learning rate the schedule scales: by default one
+        group, the policy's trainable parameters and those of `models()`, at config.learning_rate."""
+        own = [p for model in self.models().values() for p in model.parameters() if p.requires_grad]
+        return [{"params": [*policy_parameters, *own], "base_lr": self.config.learning_rate}]
 
     def shape_rollout(self, rollout: Rollout, sampler: RolloutSampler) -> Rollout:
         """The batch the loss will see. `sampler(count)` draws more prompts if the method needs them."""

@@ -12,8 +12,13 @@ With r_t the per-token reward, V the critic, rho the importance ratio and R the 
 
 Unlike GRPO: a learned critic supplies a per-token baseline, and the KL to the reference enters
 the REWARD (per token, k1) rather than the loss. The KL coefficient may adapt to a target.
-The critic is PPO's own: a value head on the policy's trunk (critic="head") or a separate copy of
-the model with its own head (critic="separate", as TRL does).
+The critic is PPO's own: a value head on the policy's trunk (critic="head") or a separate model
+with its own head (critic="separate", as TRL does; a copy of the policy, or `critic_init`). A critic
+must be able to judge a partial answer. With critic_readout="prefix_likelihood" a frozen model that
+knows the task judges the tokens written so far and only a small head learns (a critic started from
+a model that can judge, as InstructGPT starts its value model from the reward model):
+
+    V(s_t) = exp( sum_{k<t} log p_phi(y_k | x, y_<k) ) * sigmoid(w . h_phi(s_t) + b)
 """
 
 from __future__ import annotations
@@ -51,6 +56,17 @@ class PPOConfig(RLConfig):
     cliprange_value: float = setting(0.2, gt=0, help="clip range of the value update")
     missing_eos_penalty: float | None = setting(None, ge=0, help="subtracted from unfinished answers' scores")
     critic: str = setting("head", choices=("head", "separate"), help="value head on the trunk, or own model")
+    critic_init: str | None = setting(None, help="separate critic's checkpoint; None: a copy of the policy")
+    critic_readout: str = setting("value", choices=("value", "prefix_likelihood"),
+                                  help="V = head(h_t), or the frozen critic's prefix likelihood x head")
+    critic_learning_rate: float | None = setting(None, gt=0, le=1, help="None: learning_rate")
+
+    def check(self) -> None:
+        super().check()
+        for name, value, default in (("critic_init", self.critic_init, None),
+                                     ("critic_readout", self.critic_readout, "value")):
+            if value != default and self.critic != "separate":
+                raise ValueError(f"{name}={value!r} needs critic='separate', got critic={self.critic!r}")
 
 
 class PPO(Algorithm):
@@ -65,26 +81,64 @@ class PPO(Algorithm):
             if config.adaptive_kl else FixedKLController(config.kl_coef)
         )
         self.last_sequence_kl = 0.0
+        self.explained_variance_mc = float("nan")
         self.critic = None
 
     def setup(self, policy):
         """The critic V(s_t): a zero-initialised linear head (OpenAI's choice), on the policy's own trunk,
-        or on a separate copy of the starting model, which doubles the parameters but keeps the value
-        loss from disturbing the policy's features."""
-        self.critic = copy.deepcopy(policy) if self.config.critic == "separate" else policy
+        or on a separate model (a copy of the starting policy, or `critic_init`), which doubles the
+        parameters but keeps the value loss from disturbing the policy's features. The prefix-likelihood
+        readout freezes that model: only the head learns."""
+        c = self.config
+        self.critic = policy
+        if c.critic == "separate":
+            init = c.critic_init
+            self.critic = copy.deepcopy(policy) if init is None else self.load_critic(init, policy)
+            self.critic.requires_grad_(c.critic_readout == "value")
         self.critic.add_value_head()
+
+    @staticmethod
+    def load_critic(name, policy):
+        """`critic_init`'s model, without any head it carries, on the policy's device; its tokenizer must
+        be the policy's (the critic reads the policy's token ids)."""
+        from ..checkpoints import load_checkpoint
+
+        critic, tokenizer, _ = load_checkpoint(name, device=policy.device)
+        if critic.config.vocab_size != policy.config.vocab_size:
+            raise ValueError(f"critic_init {name!r} has a vocabulary of {critic.config.vocab_size} tokens, "
+                             f"the policy {policy.config.vocab_size}: it must read the policy's tokens")
+        critic.value_head = None
+        critic.config.value_head = False
+        return critic
 
     def models(self):
         return {"critic": self.critic} if self.config.critic == "separate" else {}
 
+    def parameter_groups(self, policy_parameters):
+        """The critic learns at critic_learning_rate when it is set: its own AdamW group."""
+        rate = self.config.critic_learning_rate
+        if rate is None:
+            return super().parameter_groups(policy_parameters)
+        critic = ([p for p in self.critic.parameters() if p.requires_grad] if self.config.critic == "separate"
+                  else list(self.critic.value_head.parameters()))
+        own = {id(p) for p in critic}
+        policy = [p for p in policy_parameters if id(p) not in own]
+        return [{"params": policy, "base_lr": self.config.learning_rate}, {"params": critic, "base_lr": rate}]
+
     def critic_values(self, rollout, outputs) -> torch.Tensor:
         """V(s_t), (N, T): from the policy's forward `outputs` when the head sits on its trunk, else the
-        separate critic's own forward (with gradient when called with gradients on)."""
+        separate critic's own forward (with gradient when called with gradients on), read at its own
+        temperature 1: with critic_readout="prefix_likelihood", the probability it gives the tokens
+        before t times sigmoid(head)."""
         if self.config.critic == "head":
             return outputs.values
         with autocast(self.critic.device, self.config.bf16):
-            return policy_forward(self.critic, rollout, self.config.temperature, with_values=True,
-                                  share_prompts=True).values
+            out = policy_forward(self.critic, rollout, 1.0, with_values=True, share_prompts=True)
+        if self.config.critic_readout == "value":
+            return out.values
+        logprobs = out.logprobs.detach() * rollout.completion_mask  # log p_phi(y_k | x, y_<k)
+        before = torch.cumsum(logprobs, dim=1) - logprobs  # sum_{k<t} log p_phi(y_k)
+        return torch.exp(before) * torch.sigmoid(out.values)
 
     def before_update(self, rollout, old):
         rollout.old_logprobs = old.logprobs
@@ -105,6 +159,10 @@ class PPO(Algorithm):
             advantages = self.normalize_advantages(advantages, mask)
         rollout.token_rewards, rollout.advantages, rollout.returns = token_rewards, advantages, returns
         self.last_sequence_kl = float(kl.sum(1).mean())  # KL per sequence drives the adaptive controller
+        # The critic against the actual (Monte-Carlo) return: `explained_variance` measures it against
+        # GAE's lambda-return, which holds the critic's own values when lam < 1.
+        monte_carlo = gae(token_rewards, rollout.old_values, mask, c.gamma, 1.0)[1]
+        self.explained_variance_mc = float(explained_variance(rollout.old_values, monte_carlo, mask))
 
     def estimate_advantages(self, token_rewards, values, mask):
         """GAE over the per-token rewards: (advantages, returns), each (N, T). A subclass may swap the
@@ -137,6 +195,7 @@ class PPO(Algorithm):
         return self.kl_controller.value
 
     def after_step(self, metrics):
+        metrics["explained_variance_mc"] = self.explained_variance_mc
         samples = self.config.prompts_per_step * self.config.num_generations
         self.kl_controller.update(self.last_sequence_kl, samples)
 

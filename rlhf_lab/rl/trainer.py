@@ -98,9 +98,11 @@ class Trainer(TrainingLoop):
         self.algorithm.setup(self.policy)  # what the method trains beside the policy, e.g. a critic
         # fused: the whole AdamW update in one kernel on the CPU and CUDA (the same formula as foreach)
         fused = self.device.type in ("cpu", "cuda")
-        self.optimizer = torch.optim.AdamW(self.trainable_parameters(), lr=c.learning_rate,
-                                           weight_decay=c.weight_decay, betas=(0.9, 0.99),
-                                           fused=fused or None, foreach=None if fused else True)
+        policy_parameters = [p for p in self.policy.parameters() if p.requires_grad]  # LoRA: the adapters
+        groups = self.algorithm.parameter_groups(policy_parameters)  # each with its base learning rate
+        self.optimizer = torch.optim.AdamW(groups, lr=c.learning_rate, weight_decay=c.weight_decay,
+                                           betas=(0.9, 0.99), fused=fused or None,
+                                           foreach=None if fused else True)
         self.task = get_task(c.task, **c.task_params)
         self.task.check_tokenizer(self.tokenizer, "a model with its own BPE tokenizer (CLI: --model DIR)")
         accuracy_fn = exact_match_reward(self.task)
@@ -141,7 +143,7 @@ class Trainer(TrainingLoop):
     def _step(self) -> tuple[dict, StepDistributions | None]:
         c, step = self.config, self.step + 1
         for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate_at(step, c.learning_rate, c.warmup_steps)
+            group["lr"] = learning_rate_at(step, group["base_lr"], c.warmup_steps)
         start = time.perf_counter()
         # the reference's forward over the whole batch only when the loss reads it, or when every row's
         # KL is asked for (kl_metric_samples=None); otherwise the KL metrics come from a few rows
@@ -282,10 +284,9 @@ class Trainer(TrainingLoop):
         return self.sampler.reward_fn
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
-        """The policy's trainable parameters (LoRA: the adapters only), then those of the algorithm's
-        own models (a separate critic; a value head on the trunk is the policy's)."""
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        return params + [p for model in self.algorithm.models().values() for p in model.parameters()]
+        """What the optimiser trains, group by group: the policy's trainable parameters (LoRA: the
+        adapters only), then those of the algorithm's own models (e.g. a separate critic)."""
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
 
     def autocast(self):
         """bf16 autocast when config.bf16 asks for it (None: on CUDA when supported); log-probs stay fp32."""
