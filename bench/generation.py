@@ -59,7 +59,8 @@ def sampling_config(sampling: str, new_tokens: int):
 
     if sampling == "greedy":
         return SamplingConfig(do_sample=False, max_new_tokens=new_tokens)
-    return SamplingConfig(do_sample=True, temperature=0.7, top_k=20, top_p=0.9, seed=0, max_new_tokens=new_tokens)
+    return SamplingConfig(do_sample=True, temperature=0.7, top_k=20, top_p=0.9, seed=0,
+                          max_new_tokens=new_tokens)
 
 
 def run_one(impl: str, batch: int, new_tokens: int, repeats: int, threads: int | None = None,
@@ -132,9 +133,11 @@ def count_ops(batch: int, new_tokens: int, sampling: str, threads: int | None) -
             seconds.append((time.perf_counter() - middle - (middle - start)) / (new_tokens - 2))
         top = ", ".join(f"{op.removeprefix('aten.')} {n:g}" for op, n in
                         sorted(per_step.items(), key=lambda kv: -kv[1])[:12] if n)
-        print(f"{impl} ({sampling}, {batch} rows, {torch.get_num_threads()} threads): "
-              f"{sum(per_step.values()):.0f} aten ops per decode step, {1000 * statistics.median(seconds):.3f} "
-              f"ms per step (median of 5); most frequent: {top}")
+        print(
+            f"{impl} ({sampling}, {batch} rows, {torch.get_num_threads()} threads): "
+            f"{sum(per_step.values()):.0f} aten ops per decode step, {1000 * statistics.median(seconds):.3f} "
+            f"ms per step (median of 5); most frequent: {top}"
+        )
 
 
 def in_process(impls: list[str], batch: int, new_tokens: int, sampling: str, rounds: int,
@@ -162,13 +165,19 @@ def in_process(impls: list[str], batch: int, new_tokens: int, sampling: str, rou
     loads.append(os.getloadavg()[0])
     parts = []
     for impl, times in seconds.items():
-        part = f"{impl} {batch * new_tokens / statistics.median(times):.0f} tok/s (first call {first[impl]:.1f} s)"
+        part = (
+            f"{impl} {batch * new_tokens / statistics.median(times):.0f} tok/s (first call "
+            f"{first[impl]:.1f} s)"
+        )
         if "hf-generate" in seconds and impl != "hf-generate":
             q = statistics.quantiles([h / t for h, t in zip(seconds["hf-generate"], times)], n=4)
             part += f" {q[1]:.2f}x hf (quartiles {q[0]:.2f}-{q[2]:.2f})"
         parts.append(part)
-    print(f"{batch}x{new_tokens} {sampling}, {torch.get_num_threads()} threads, {rounds} rounds, 1-minute load "
-          f"average {min(loads):.2f}-{max(loads):.2f}: " + "; ".join(parts), flush=True)
+    print(
+        f"{batch}x{new_tokens} {sampling}, {torch.get_num_threads()} threads, {rounds} rounds, 1-minute load "
+        f"average {min(loads):.2f}-{max(loads):.2f}: " + "; ".join(parts),
+        flush=True,
+    )
 
 
 def round_ratio(row: dict, baseline: dict | None) -> str:
@@ -200,8 +209,13 @@ def make_call(impl: str, batch: int, sampling: str):
         def call(new_tokens):
             torch.manual_seed(0)  # transformers samples from the global RNG
             with torch.no_grad():  # no EOS id: it runs to max_new_tokens, as the lab with stop_at_eos=False
-                out = hf.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts), pad_token_id=0,
-                                  eos_token_id=None, **sampling_config(sampling, new_tokens).hf_generate_kwargs())
+                out = hf.generate(
+                    input_ids=prompts,
+                    attention_mask=torch.ones_like(prompts),
+                    pad_token_id=0,
+                    eos_token_id=None,
+                    **sampling_config(sampling, new_tokens).hf_generate_kwargs(),
+                )
             assert out.shape == (batch, PROMPT_LEN + new_tokens), out.shape
         return call
     cache = {"lab-static": "static", "lab-compiled": "static", "lab-dynamic": "dynamic", "lab-paged": "paged",
@@ -215,21 +229,33 @@ def make_call(impl: str, batch: int, sampling: str):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--one", nargs=3, metavar=("IMPL", "BATCH", "NEW_TOKENS"), help=argparse.SUPPRESS)
     parser.add_argument("--tree", help=argparse.SUPPRESS)  # --one: import rlhf_lab from this checkout
-    parser.add_argument("--trees", nargs="+", default=[], metavar="NAME=PATH",
-                        help="code trees to compare, each lab implementation run from each (the first is the baseline)")
+    parser.add_argument(
+        "--trees",
+        nargs="+",
+        default=[],
+        metavar="NAME=PATH",
+        help="code trees to compare, each lab implementation run from each (the first is the baseline)",
+    )
     parser.add_argument("--repeats", type=int, default=10, help="timed calls per run (the best counts)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median over rounds)")
     parser.add_argument("--impls", nargs="*", default=IMPLEMENTATIONS)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--sampling", choices=(*SAMPLING, "both"), default="greedy",
                         help="greedy, sampled (temperature 0.7, top-k 20, top-p 0.9) or both")
-    parser.add_argument("--count-ops", action="store_true",
-                        help="instead of the table: aten ops and ms per decode step, lab-static and hf-generate")
-    parser.add_argument("--in-process", action="store_true",
-                        help="instead of the table: the implementations take turns call by call in one process")
+    parser.add_argument(
+        "--count-ops",
+        action="store_true",
+        help="instead of the table: aten ops and ms per decode step, lab-static and hf-generate",
+    )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="instead of the table: the implementations take turns call by call in one process",
+    )
     parser.add_argument("--settings", nargs="*", default=[f"{b}x{n}" for b, n in SETTINGS],
                         help="batch x new tokens, e.g. 64x32 8x256")
     args = parser.parse_args()
@@ -267,18 +293,38 @@ def main() -> None:
             for batch, new in settings:
                 for impl, tree in contenders:  # the implementations take turns within every round
                     where = ["--tree", str(Path(trees[tree]).resolve())] if tree else []
-                    out = subprocess.run([sys.executable, __file__, "--one", impl, str(batch), str(new),
-                                          "--repeats", str(args.repeats), "--sampling", sampling] + threads + where,
-                                         capture_output=True, text=True)
+                    out = subprocess.run(
+                        [
+                            sys.executable,
+                            __file__,
+                            "--one",
+                            impl,
+                            str(batch),
+                            str(new),
+                            "--repeats",
+                            str(args.repeats),
+                            "--sampling",
+                            sampling,
+                        ]
+                        + threads
+                        + where,
+                        capture_output=True,
+                        text=True,
+                    )
                     if out.returncode:  # the run's own error, not only its exit status
-                        sys.exit(f"{impl} {batch}x{new} {sampling}{f' @{tree}' if tree else ''} failed:\n{out.stderr}")
+                        sys.exit(f"{impl} {batch}x{new} {sampling}{f' @{tree}' if tree else ''} "
+                                 f"failed:\n{out.stderr}")
                     run = json.loads(out.stdout.strip().splitlines()[-1])
                     if tree and impl != "hf-generate":
                         run["impl"] = f"{impl}@{tree}"
                     runs.setdefault((sampling, run["impl"], batch, new), []).append(run)
-                    print(f"  round {round_ + 1} {sampling:7s} {run['impl']:12s} {batch}x{new}: "
-                          f"{run['tokens_per_s']:.0f} tok/s" + "".join(f" [warning: {w}]" for w in run["warnings"]),
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"  round {round_ + 1} {sampling:7s} {run['impl']:12s} {batch}x{new}: "
+                        f"{run['tokens_per_s']:.0f} tok/s"
+                        + "".join(f" [warning: {w}]" for w in run["warnings"]),
+                        file=sys.stderr,
+                        flush=True,
+                    )
         loads.append(os.getloadavg()[0])
     rows = [{**group[0], "tokens_per_s": statistics.median(r["tokens_per_s"] for r in group),
              "ms_per_step": statistics.median(r["ms_per_step"] for r in group),
@@ -287,18 +333,25 @@ def main() -> None:
             for group in runs.values()]
     from rlhf_lab.util.device import cpu_name
 
-    print(f"Generation benchmark, {date.today()}, {cpu_name()}, "
-          f"{os.cpu_count()} cores, {rows[0]['threads']} torch threads, torch {torch.__version__}, python "
-          f"{platform.python_version()}; {args.rounds} interleaved rounds, best of {args.repeats} calls per run; "
-          f"1-minute load average {min(loads):.2f}-{max(loads):.2f} (per round: "
-          f"{', '.join(f'{v:.2f}' for v in loads)})\n")
+    print(
+        f"Generation benchmark, {date.today()}, {cpu_name()}, "
+        f"{os.cpu_count()} cores, {rows[0]['threads']} torch threads, torch {torch.__version__}, python "
+        f"{platform.python_version()}; {args.rounds} interleaved rounds, best of {args.repeats} calls per "
+        "run; "
+        f"1-minute load average {min(loads):.2f}-{max(loads):.2f} (per round: "
+        f"{', '.join(f'{v:.2f}' for v in loads)})\n"
+    )
     first = next(iter(trees), None)
-    print("| decoding | implementation | batch x new tokens | tokens/s (median) | ms/step | peak RSS (MiB) "
-          "| first call (s, max) | vs hf-generate (median, range) |" + (f" vs @{first} (median, range) |" if trees else ""))
+    print(
+        "| decoding | implementation | batch x new tokens | tokens/s (median) | ms/step | peak RSS (MiB) "
+        "| first call (s, max) | vs hf-generate (median, range) |"
+        + (f" vs @{first} (median, range) |" if trees else "")
+    )
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if trees else ""))
     for sampling in modes:
         for batch, new in settings:
-            group = {r["impl"]: r for r in rows if (r["sampling"], r["batch"], r["new_tokens"]) == (sampling, batch, new)}
+            key = (sampling, batch, new)
+            group = {r["impl"]: r for r in rows if (r["sampling"], r["batch"], r["new_tokens"]) == key}
             for r in group.values():
                 line = (f"| {sampling} | {r['impl']} | {batch} x {new} | {r['tokens_per_s']:.0f} | "
                         f"{r['ms_per_step']:.2f} | {r['peak_mib']:.0f} | {r['first_call_s']:.2f} | "
@@ -308,7 +361,8 @@ def main() -> None:
                 print(line)
     for sampling in modes:
         for batch, new in settings:
-            group = {r["impl"]: r for r in rows if (r["sampling"], r["batch"], r["new_tokens"]) == (sampling, batch, new)}
+            key = (sampling, batch, new)
+            group = {r["impl"]: r for r in rows if (r["sampling"], r["batch"], r["new_tokens"]) == key}
             if "lab-static" in group and "lab-nocache" in group:
                 print(f"\ncached (static) vs uncached, {sampling}, at {batch} x {new}: "
                       f"{group['lab-static']['tokens_per_s'] / group['lab-nocache']['tokens_per_s']:.1f}x")

@@ -55,7 +55,8 @@ def peak_gib(device) -> float:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="a local Hugging Face folder (Llama / Qwen2 / Qwen3)")
     parser.add_argument("--shape", default="Qwen3-0.6B", help="KNOWN_CONFIGS entry used without --model")
     parser.add_argument("--batch", type=int, default=64)
@@ -63,7 +64,8 @@ def main(argv=None) -> int:
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds (lab, transformers)")
     parser.add_argument("--rl-steps", type=int, default=3)
-    parser.add_argument("--smoke", action="store_true", help="tiny model on the CPU (checks the script, measures nothing)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny model on the CPU (checks the script, measures nothing)")
     args = parser.parse_args(argv)
 
     from rlhf_lab.model import LlamaModel, to_hf
@@ -123,9 +125,18 @@ def main(argv=None) -> int:
 
     def hf_generate():
         with torch.no_grad():
-            hf.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts), do_sample=False,
-                        max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, pad_token_id=tokenizer.pad_token_id,
-                        eos_token_id=None, top_k=None, top_p=None, temperature=None)
+            hf.generate(
+                input_ids=prompts,
+                attention_mask=torch.ones_like(prompts),
+                do_sample=False,
+                max_new_tokens=args.new_tokens,
+                min_new_tokens=args.new_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=None,
+                top_k=None,
+                top_p=None,
+                temperature=None,
+            )
 
     hf_peak = peak_of(hf_generate, device)  # includes the lab model's weights, still on the device
     # Interleaved rounds (A B A B ...): drift in clocks or load hits both sides of each round's ratio.
@@ -137,9 +148,13 @@ def main(argv=None) -> int:
     hf.to("cpu")  # free the GPU for the RL step
     rows = [("lab generate (static cache, SDPA, bf16 autocast)", statistics.median(lab_times), lab_peak),
             ("transformers generate (SDPA, bf16 weights)", statistics.median(hf_times), hf_peak)]
-    lines += [f"## Generation: batch {args.batch}, prompt {args.prompt_len}, {args.new_tokens} new tokens, greedy",
-              f"{args.repeats} interleaved rounds", "",
-              "| implementation | median s | tokens/s | peak GiB |", "|---|---|---|---|"]
+    lines += [
+        f"## Generation: batch {args.batch}, prompt {args.prompt_len}, {args.new_tokens} new tokens, greedy",
+        f"{args.repeats} interleaved rounds",
+        "",
+        "| implementation | median s | tokens/s | peak GiB |",
+        "|---|---|---|---|",
+    ]
     lines += [f"| {name} | {t:.3f} | {tokens / t:,.0f} | {peak:.2f} |" for name, t, peak in rows]
     lines += ["", f"lab / transformers tokens/s, per round: median {statistics.median(ratios):.2f}x "
               f"(range {ratios[0]:.2f}-{ratios[-1]:.2f}x)", ""]
@@ -157,21 +172,30 @@ def main(argv=None) -> int:
     trainer.train()
     history = trainer.history[trainer.history["step"] > 0]
     memory = trainer.memory_bytes()
-    estimate = estimate_training_memory(model.config, len(history) and int(history["num_rollout_rows"].iloc[-1]),
-                                        args.prompt_len, args.new_tokens,
-                                        minibatch_rows=config.prompts_per_step * config.num_generations // config.num_minibatches)
-    lines += [f"## GRPO step: {config.prompts_per_step} prompts x {config.num_generations} completions, "
-              f"up to {args.new_tokens} tokens, {config.num_minibatches} minibatches", "",
-              "| measure | value |", "|---|---|",
-              f"| step time, median s | {history['step_time'].median():.2f} |",
-              f"| rollout time, median s | {history['rollout_time'].median():.2f} |",
-              f"| update time, median s | {history['update_time'].median():.2f} |",
-              f"| tokens/s (generated, whole step) | {history['tokens_per_s'].median():,.0f} |",
-              f"| peak allocated GiB (measured) | {peak_gib(device):.2f} |",
-              f"| update's peak above what was held, GiB | {history['mem_update_peak_bytes'].max() / 2**30:.2f} |",
-              *[f"| held: {k} GiB | {v / 2**30:.2f} |" for k, v in memory.items()],
-              f"| formula total GiB (policy, reference, grads, AdamW, activations, logits, KV) | {estimate.total / 2**30:.2f} |",
-              ""]
+    estimate = estimate_training_memory(
+        model.config,
+        len(history) and int(history["num_rollout_rows"].iloc[-1]),
+        args.prompt_len,
+        args.new_tokens,
+        minibatch_rows=config.prompts_per_step * config.num_generations // config.num_minibatches,
+    )
+    lines += [
+        f"## GRPO step: {config.prompts_per_step} prompts x {config.num_generations} completions, "
+        f"up to {args.new_tokens} tokens, {config.num_minibatches} minibatches",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        f"| step time, median s | {history['step_time'].median():.2f} |",
+        f"| rollout time, median s | {history['rollout_time'].median():.2f} |",
+        f"| update time, median s | {history['update_time'].median():.2f} |",
+        f"| tokens/s (generated, whole step) | {history['tokens_per_s'].median():,.0f} |",
+        f"| peak allocated GiB (measured) | {peak_gib(device):.2f} |",
+        f"| update's peak above what was held, GiB | {history['mem_update_peak_bytes'].max() / 2**30:.2f} |",
+        *[f"| held: {k} GiB | {v / 2**30:.2f} |" for k, v in memory.items()],
+        "| formula total GiB (policy, reference, grads, AdamW, activations, logits, KV) | "
+        f"{estimate.total / 2**30:.2f} |",
+        "",
+    ]
     text = "\n".join(lines)
     print(text)
     if not args.smoke:

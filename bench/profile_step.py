@@ -117,7 +117,8 @@ def reserve_heap(megabytes: int) -> bool:
     the profiler, where it takes none (measured 2026-12-03). Linux with glibc only: False elsewhere."""
     from rlhf_lab.util.allocator import MMAP_THRESHOLD_BYTES, keep_freed_memory
 
-    if not keep_freed_memory(trim_threshold_bytes=2 * megabytes * 2**20):  # False off glibc or under the environment's own
+    # False off glibc or under the environment's own
+    if not keep_freed_memory(trim_threshold_bytes=2 * megabytes * 2**20):
         return False
     block = MMAP_THRESHOLD_BYTES // 4  # under the mmap threshold: from the heap, back to the heap when freed
     blocks = [torch.ones(block // 4) for _ in range(megabytes * 2**20 // block)]  # float32: touched
@@ -145,10 +146,15 @@ def op_table(title: str, fn, calls: int, gflops: float, top: int = 25) -> None:
     matmul = sum(e.self_cpu_time_total for e in ops if e.key in MATMULS) / calls / 1e3
     flops = sum(matmul_flops(e.key, e.input_shapes) * e.count for e in ops) / calls
     count = sum(e.count for e in ops) / calls
-    print(f"\n{title}: {count:.0f} aten calls per call (nested ones included), self CPU {total:.1f} ms per call under the "
-          f"profiler, of which matmuls {matmul:.1f} ms for {flops / 1e6:.0f} MFLOP ({flops / max(matmul, 1e-9) / 1e6:.0f} "
-          f"GFLOP/s; F.linear alone: {gflops:.0f} GFLOP/s, so {flops / gflops / 1e6:.1f} ms at that rate); page faults "
-          f"per call {faults_profiled:.0f} under the profiler, {faults_alone:.0f} without it\n")
+    print(
+        f"\n{title}: {count:.0f} aten calls per call (nested ones included), self CPU {total:.1f} ms per "
+        "call under the "
+        f"profiler, of which matmuls {matmul:.1f} ms for {flops / 1e6:.0f} MFLOP "
+        f"({flops / max(matmul, 1e-9) / 1e6:.0f} "
+        f"GFLOP/s; F.linear alone: {gflops:.0f} GFLOP/s, so {flops / gflops / 1e6:.1f} ms at that rate); "
+        "page faults "
+        f"per call {faults_profiled:.0f} under the profiler, {faults_alone:.0f} without it\n"
+    )
     print("| op | input shapes | calls | self CPU ms | share | MFLOP | GFLOP/s |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for e in sorted(ops, key=lambda e: -e.self_cpu_time_total)[:top]:
@@ -156,19 +162,28 @@ def op_table(title: str, fn, calls: int, gflops: float, top: int = 25) -> None:
         mflop = matmul_flops(e.key, e.input_shapes) * e.count / calls / 1e6
         cells = [f"{mflop:.1f}", f"{mflop / ms:.0f}"] if mflop else ["-", "-"]
         shapes = ", ".join(str(list(shape)) for shape in e.input_shapes if shape)
-        print(f"| {e.key.removeprefix('aten::')} | {shapes} | {e.count / calls:.0f} | {ms:.2f} | {ms / total:.0%} | "
-              f"{' | '.join(cells)} |")
+        print(
+            f"| {e.key.removeprefix('aten::')} | {shapes} | {e.count / calls:.0f} | {ms:.2f} | "
+            f"{ms / total:.0%} | "
+            f"{' | '.join(cells)} |"
+        )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algo", default="grpo")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--ops", action="store_true", help="also the top aten ops of the update and the decode loop")
-    parser.add_argument("--reserve-mb", type=int, default=512,
-                        help="--ops: heap touched and kept before profiling, so the profiler's own records do not "
-                             "put the step's tensors on fresh pages (0: none)")
+    parser.add_argument("--ops", action="store_true",
+                        help="also the top aten ops of the update and the decode loop")
+    parser.add_argument(
+        "--reserve-mb",
+        type=int,
+        default=512,
+        help="--ops: heap touched and kept before profiling, so the profiler's own records do not "
+        "put the step's tensors on fresh pages (0: none)",
+    )
     args = parser.parse_args()
     if args.reserve_mb < 0:
         parser.error(f"--reserve-mb must be 0 (no reserve) or a positive number of MB, got {args.reserve_mb}")
@@ -196,7 +211,8 @@ def main() -> None:
         steps = out.timings["steps"]
         N, P = out.completion_ids.shape[0], out.prompt_ids.shape[1]
         prefill_share = out.timings["prefill_s"] / (out.timings["prefill_s"] + out.timings["decode_s"])
-        note("rollout: prefill", seconds * prefill_share)  # generate's own wall-clock split, applied to CPU time
+        # generate's own wall-clock split, applied to CPU time
+        note("rollout: prefill", seconds * prefill_share)
         decode = seconds * (1 - prefill_share)
         logits = torch.randn(N, V)
         context = out.sequences[:, : P + 1]
@@ -218,24 +234,29 @@ def main() -> None:
         note("rollout: decode loop (model)", one.timings["decode_s"], small)
 
         def decode_and_score():
-            texts, finished = zip(*(trainer.tokenizer.decode_until_eos(r) for r in out.completion_ids.tolist()))
+            texts, finished = zip(*(trainer.tokenizer.decode_until_eos(r)
+                                    for r in out.completion_ids.tolist()))
             rows = [examples[i // G] for i in range(N)]
-            rewards = score_completions(trainer.reward_fn, [e.prompt for e in rows], texts, [e.answer for e in rows],
-                                        finished)
+            rewards = score_completions(
+                trainer.reward_fn, [e.prompt for e in rows], texts, [e.answer for e in rows], finished
+            )
             if sampler.accuracy_fn is trainer.reward_fn:  # the reward is the exact match: scored once
                 return rewards
-            return score_completions(sampler.accuracy_fn, [e.prompt for e in rows], texts, [e.answer for e in rows],
-                                     finished)
+            return score_completions(
+                sampler.accuracy_fn, [e.prompt for e in rows], texts, [e.answer for e in rows], finished
+            )
 
         note("rollout: decode text + scoring", clock(decode_and_score)[0])
         flops["rollout: prefill"] = forward_flops(mc, c.prompts_per_step, P, (P + 1) / 2, 1)
-        flops["rollout: decode loop (model)"] = sum(forward_flops(mc, N, 1, P + t + 1, 1) for t in range(steps - 1))
+        flops["rollout: decode loop (model)"] = sum(
+            forward_flops(mc, N, 1, P + t + 1, 1) for t in range(steps - 1))
 
         # --- the no-grad forwards, and the update, on the real rollout of this step
         with torch.no_grad():
             rollout = trainer.collect_rollout(with_reference=False)
             T = rollout.completion_ids.shape[1]
-            note("reference: full batch (skipped at beta = 0)", clock(lambda: trainer.reference_logprobs(rollout))[0])
+            note("reference: full batch (skipped at beta = 0)",
+                 clock(lambda: trainer.reference_logprobs(rollout))[0])
             note(kl_rows, clock(lambda: trainer.sampled_kl_metrics(rollout))[0])
             note("reference: full batch (skipped at beta = 0)",
                  clock(lambda: trainer.reference_logprobs(rollout.select(torch.arange(1))))[0], small)
@@ -247,8 +268,9 @@ def main() -> None:
         fwd = forward_flops(mc, U, P, (P + 1) / 2, 1) + forward_flops(mc, N, T - 1, P + T / 2, T - 1)
         sample = min(c.kl_metric_samples or N, N)
         flops["reference: full batch (skipped at beta = 0)"] = fwd
-        flops[kl_rows] = (forward_flops(mc, min(U, sample), P, (P + 1) / 2, 1)
-                                                          + forward_flops(mc, sample, T - 1, P + T / 2, T - 1))
+        flops[kl_rows] = forward_flops(mc, min(U, sample), P, (P + 1) / 2, 1) + forward_flops(
+            mc, sample, T - 1, P + T / 2, T - 1
+        )
         flops["update: forward"], flops["update: backward"] = fwd, 2 * fwd
         for batch, store in ((rollout, times), (rollout.select(torch.arange(1)), small)):
             seconds, policy_out = clock(lambda b=batch: trainer.policy_outputs(b, with_entropy=True))
@@ -278,17 +300,21 @@ def main() -> None:
     gflops_decode = linear_gflops(N, mc.hidden_size, mc.intermediate_size)
     median = {name: statistics.median(v) for name, v in times.items()}
     step = median["whole train_step"]
-    print(f"\nProfile of one {args.algo} step, {date.today()}, {cpu_name()}, "
-          f"torch {torch.__version__}, {args.threads} thread(s), 1-minute load average {min(load):.2f}-{max(load):.2f}; "
-          f"{c.prompts_per_step} prompts x {G} completions (last step: prompt width {P}, {steps} decode steps, "
-          f"forward: {U} distinct prompts x {P} + {N} rows x {T - 1} tokens); median of {args.steps} steps\n")
+    print(
+        f"\nProfile of one {args.algo} step, {date.today()}, {cpu_name()}, "
+        f"torch {torch.__version__}, {args.threads} thread(s), 1-minute load average "
+        f"{min(load):.2f}-{max(load):.2f}; "
+        f"{c.prompts_per_step} prompts x {G} completions (last step: prompt width {P}, {steps} decode steps, "
+        f"forward: {U} distinct prompts x {P} + {N} rows x {T - 1} tokens); median of {args.steps} steps\n"
+    )
     print(f"fp32 F.linear throughput: {gflops_update:.1f} GFLOP/s at ({tokens}, {mc.hidden_size}) x "
           f"({mc.hidden_size}, {mc.intermediate_size}) (update, reference), {gflops_decode:.1f} GFLOP/s at "
           f"({N}, {mc.hidden_size}) x ({mc.hidden_size}, {mc.intermediate_size}) (prefill, decode)\n")
     print("| phase | CPU ms | share of step | MFLOP | floor ms | x floor | overhead share (1 row / N rows) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name, seconds in median.items():
-        share = "-" if name.startswith("reference: full") or name == "whole train_step" else f"{seconds / step:.0%}"
+        whole = name.startswith("reference: full") or name == "whole train_step"
+        share = "-" if whole else f"{seconds / step:.0%}"
         cells = ["-", "-", "-"]
         if name in flops:
             rate = gflops_decode if name.startswith("rollout") else gflops_update
@@ -317,7 +343,8 @@ def main() -> None:
         def rollout_generate():
             policy.eval()
             with torch.no_grad():
-                generate(policy, prompts, sampler.sampling, num_return_sequences=G, generator=sampler.sample_generator)
+                generate(policy, prompts, sampler.sampling, num_return_sequences=G,
+                         generator=sampler.sample_generator)
             policy.train()
 
         P, T = rollout.prompt_width, rollout.completion_ids.shape[1]

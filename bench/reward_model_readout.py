@@ -1,6 +1,6 @@
 """Why does the reward model not learn which sum is right? Where the score is read, measured.
 
-    python bench/reward_model_readout.py            # every variant, prints one table (about 10 min on 2 cores)
+    python bench/reward_model_readout.py            # every variant, one table (about 10 min on 2 cores)
     python bench/reward_model_readout.py --rl-steps 0   # without the RL runs
     python bench/reward_model_readout.py --rl-steps 100 --prompts-per-step 32 --only "gold reward itself" \
         "loglik, trunk lr 2e-4" "loglik, frozen trunk"     # GRPO's default batch, for 100 steps
@@ -71,17 +71,26 @@ VARIANTS = {
     "loglik, trunk lr 2e-4, gold labels": dict(readout="last_token+loglik", learning_rate=2e-4, label="gold"),
     "loglik, trunk lr 5e-5": dict(readout="last_token+loglik", learning_rate=5e-5),
     "loglik, trunk lr 1e-4, 60 steps": dict(readout="last_token+loglik", learning_rate=1e-4, steps=60),
-    "loglik, frozen trunk, 100 pairs": dict(readout="last_token+loglik", train_trunk=False, learning_rate=1e-2,
-                                            n_pairs=100),
-    "loglik, frozen trunk, 400 pairs": dict(readout="last_token+loglik", train_trunk=False, learning_rate=1e-2,
-                                            n_pairs=400),
-    "loglik, frozen, verbose_c labels": dict(readout="last_token+loglik", train_trunk=False, learning_rate=1e-2,
-                                             label="verbose_c"),
+    "loglik, frozen trunk, 100 pairs": dict(
+        readout="last_token+loglik", train_trunk=False, learning_rate=1e-2, n_pairs=100
+    ),
+    "loglik, frozen trunk, 400 pairs": dict(
+        readout="last_token+loglik", train_trunk=False, learning_rate=1e-2, n_pairs=400
+    ),
+    "loglik, frozen, verbose_c labels": dict(
+        readout="last_token+loglik", train_trunk=False, learning_rate=1e-2, label="verbose_c"
+    ),
     "loglik, frozen trunk, lr 1e-3": dict(readout="last_token+loglik", train_trunk=False, learning_rate=1e-3),
     # a linear probe (the "frozen trunk" variant), then the whole model fine-tuned (Kumar et al. 2022)
-    "loglik, probe then trunk lr 2e-4": dict(readout="last_token+loglik", learning_rate=2e-4, after_probe=True),
-    "loglik, probe then trunk lr 5e-4": dict(readout="last_token+loglik", learning_rate=5e-4, after_probe=True),
-    "loglik, probe then trunk lr 1e-3": dict(readout="last_token+loglik", learning_rate=1e-3, after_probe=True),
+    "loglik, probe then trunk lr 2e-4": dict(
+        readout="last_token+loglik", learning_rate=2e-4, after_probe=True
+    ),
+    "loglik, probe then trunk lr 5e-4": dict(
+        readout="last_token+loglik", learning_rate=5e-4, after_probe=True
+    ),
+    "loglik, probe then trunk lr 1e-3": dict(
+        readout="last_token+loglik", learning_rate=1e-3, after_probe=True
+    ),
 }
 PROBE = VARIANTS["loglik, frozen trunk"]
 MAX_LENGTH = 8  # as in the preference data
@@ -119,8 +128,11 @@ def rl_row(reward, rl_steps: int, prompts_per_step: int, measure_prompts: int = 
     Trainer(make_config("grpo", settings), reward_fn=reward, callbacks=[tracker]).train()
     curve = tracker.history
     print(f"GRPO seed {seed}")
-    print(curve[["step", "d", "proxy", "gold", "gold_se", "length"]].to_string(index=False,
-                                                                               float_format=lambda v: f"{v:.3f}"))
+    print(
+        curve[["step", "d", "proxy", "gold", "gold_se", "length"]].to_string(
+            index=False, float_format=lambda v: f"{v:.3f}"
+        )
+    )
     best = curve["gold"].idxmax()
     return {"rl_seed": seed, "rl_gold_start": curve["gold"].iloc[0], "rl_gold_best": curve["gold"].max(),
             "rl_best_step": int(curve["step"][best]), "rl_gold_end": curve["gold"].iloc[-1],
@@ -132,7 +144,8 @@ def measure(name: str, reward_model, probe: Trainer, args) -> list[dict]:
     """The offline measurements of `reward_model`, and one row per GRPO seed (`args.rl_seeds`)."""
     validation = load_preferences("validation")
     right_vs_wrong = [p for p in validation if (p.chosen == p.answer) != (p.rejected == p.answer)]
-    auc, auc_pairs = policy_auc(reward_model, probe.policy, probe.tokenizer, probe.task, probe.test_examples[:100])
+    auc, auc_pairs = policy_auc(reward_model, probe.policy, probe.tokenizer, probe.task,
+                                probe.test_examples[:100])
     pads = verbosity_probe(reward_model, probe.test_examples[:200], extra_digits=(1, 2))
     pool = best_of_n_pool(probe.policy, probe.tokenizer, probe.task, probe.test_examples[:64], reward_model,
                           gold_reward, pool_size=64, max_new_tokens=MAX_LENGTH, seed=0)
@@ -152,27 +165,42 @@ def measure(name: str, reward_model, probe: Trainer, args) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rl-steps", type=int, default=60)
     parser.add_argument("--prompts-per-step", type=int, default=8)
     parser.add_argument("--only", nargs="*", default=None, help="variant names to run (default: all)")
-    parser.add_argument("--measure-prompts", type=int, default=48, help="held-out prompts (x 4 samples) for the gold")
+    parser.add_argument("--measure-prompts", type=int, default=48,
+                        help="held-out prompts (x 4 samples) for the gold")
     parser.add_argument("--measure-every", type=int, default=10, help="GRPO steps between measurements")
     parser.add_argument("--rl-seeds", type=int, nargs="*", default=[0], help="one GRPO run per seed")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    probe = Trainer(make_config("grpo", max_completion_length=MAX_LENGTH))  # the task, its test split, the start policy
+    # the task, its test split, the start policy
+    probe = Trainer(make_config("grpo", max_completion_length=MAX_LENGTH))
     rows = []
     wanted = lambda name: args.only is None or name in args.only  # noqa: E731
     if args.rl_steps and wanted("gold reward itself"):
         for seed in args.rl_seeds:
-            rows.append({"variant": "gold reward itself", **rl_row(gold_reward, args.rl_steps, args.prompts_per_step,
-                                                                   args.measure_prompts, args.measure_every, seed)})
+            rows.append(
+                {
+                    "variant": "gold reward itself",
+                    **rl_row(
+                        gold_reward,
+                        args.rl_steps,
+                        args.prompts_per_step,
+                        args.measure_prompts,
+                        args.measure_every,
+                        seed,
+                    ),
+                }
+            )
             print(rows[-1], flush=True)
     if wanted("SFT mean log-likelihood, untrained"):
         sft, tokenizer, _ = load_checkpoint("addition_sft")
-        untrained = RewardModel(sft, tokenizer, readout="last_token+loglik", loglik_weight=1.0)  # zero head: loglik only
+        # zero head: loglik only
+        untrained = RewardModel(sft, tokenizer, readout="last_token+loglik", loglik_weight=1.0)
         rows += measure("SFT mean log-likelihood, untrained", untrained, probe, args)
         print(rows[-1], flush=True)
     for name, settings in VARIANTS.items():
@@ -194,7 +222,8 @@ def main() -> None:
     table = pd.DataFrame(rows)
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
-    suffix = "" if args.rl_steps == 60 and args.prompts_per_step == 8 else f"_rl{args.rl_steps}x{args.prompts_per_step}"
+    default = args.rl_steps == 60 and args.prompts_per_step == 8
+    suffix = "" if default else f"_rl{args.rl_steps}x{args.prompts_per_step}"
     table.to_csv(out / f"reward_model_readout{suffix}.csv", index=False)
     pd.set_option("display.width", 250)
     print(table.drop(columns=[c for c in table.columns if c.endswith("_se") and c.startswith("bon")])

@@ -34,16 +34,21 @@ RACE_OVERRIDES = {"grpo": {"num_minibatches": 4}}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algos", nargs="*", default=list(BUDGETS))
-    parser.add_argument("--budget", type=float, default=None, help="seconds for every algorithm (default: per algo)")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="seconds for every algorithm (default: per algo)")
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--eval-examples", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--library-defaults", action="store_true", help="ignore RACE_OVERRIDES")
-    parser.add_argument("--stop-at-target", action="store_true",
-                        help="end each run at the first evaluation that reaches its target (stop_at_accuracy)")
+    parser.add_argument(
+        "--stop-at-target",
+        action="store_true",
+        help="end each run at the first evaluation that reaches its target (stop_at_accuracy)",
+    )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args()
     keep_freed_memory()  # the allocator tuning the CLI turns on (rlhf_lab/util/allocator.py)
@@ -63,7 +68,8 @@ def main() -> None:
         start = time.perf_counter()
         history = trainer.train()
         elapsed = time.perf_counter() - start
-        evals = history.dropna(subset=["eval_accuracy"])[["step", "wall_time", "eval_accuracy"]].assign(algo=algo)
+        columns = ["step", "wall_time", "eval_accuracy"]
+        evals = history.dropna(subset=["eval_accuracy"])[columns].assign(algo=algo)
         curves.append(evals)
         rows.append({
             "algo": algo, "overrides": str(overrides or "-"), "budget s": budget, "steps": trainer.step,
@@ -76,8 +82,12 @@ def main() -> None:
             "rollout share": history["rollout_time"].sum() / max(history["step_time"].sum(), 1e-9),
             "elapsed s (incl. eval)": elapsed,
         })
-        print(f"{algo}: {rows[-1]['start acc']:.3f} -> {rows[-1]['final acc']:.3f} in {trainer.train_time:.0f} s "
-              f"({trainer.step} steps)", flush=True)
+        print(
+            f"{algo}: {rows[-1]['start acc']:.3f} -> {rows[-1]['final acc']:.3f} in "
+            f"{trainer.train_time:.0f} s "
+            f"({trainer.step} steps)",
+            flush=True,
+        )
     table = pd.DataFrame(rows)
     pd.concat(curves).to_csv(out / "rl_race.csv", index=False)
     try:

@@ -152,15 +152,25 @@ def report_paired(trees: dict[str, Path], algo: str, steps: int, threads: int, p
             print(f"processes {repeat + 1} of {repeats}: median paired step ratio vs {base}: {medians}; "
                   f"load {loads[-1]:.2f}", flush=True)
     results = pool_runs(runs_of_pairs)
-    print(f"\nRL step time, paired, {date.today()}, {cpu_name()}, "
-          f"{os.cpu_count()} cores, {threads} torch thread(s); 1-minute load average {min(loads):.2f}-{max(loads):.2f}; "
-          f"{steps} steps per tree{f' in each of {repeats} sets of fresh processes (pooled below)' if repeats > 1 else ''}, "
-          f"the trees taking turns step by step. s/step: the whole train_step; "
-          f"rollout + update s: the trainer's own step_time, what the rounds table's s/step is\n")
-    per_run = f" | vs {base}, per set of processes (median of {repeats} medians, range)" if repeats > 1 else ""
-    print(f"| algorithm | tree | s/step | rollout + update s | cpu s/step | vs {base}, paired steps (median, quartiles) | "
-          f"vs {base}, rollout + update | vs {base}, CPU time{per_run} | same rewards |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if repeats > 1 else "") + " --- |")
+    print(
+        f"\nRL step time, paired, {date.today()}, {cpu_name()}, "
+        f"{os.cpu_count()} cores, {threads} torch thread(s); 1-minute load average "
+        f"{min(loads):.2f}-{max(loads):.2f}; "
+        f"{steps} steps per "
+        f"tree{f' in each of {repeats} sets of fresh processes (pooled below)' if repeats > 1 else ''}, "
+        f"the trees taking turns step by step. s/step: the whole train_step; "
+        f"rollout + update s: the trainer's own step_time, what the rounds table's s/step is\n"
+    )
+    per_run = (
+        f" | vs {base}, per set of processes (median of {repeats} medians, range)" if repeats > 1 else ""
+    )
+    print(
+        f"| algorithm | tree | s/step | rollout + update s | cpu s/step | vs {base}, paired steps (median, "
+        "quartiles) | "
+        f"vs {base}, rollout + update | vs {base}, CPU time{per_run} | same rewards |"
+    )
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: "
+          "|" + (" ---: |" if repeats > 1 else "") + " --- |")
     for name in trees:
         runs, ref = results[name], results[base]
         cells = []
@@ -171,8 +181,10 @@ def report_paired(trees: dict[str, Path], algo: str, steps: int, threads: int, p
         if repeats > 1:
             medians = run_medians(runs_of_pairs, base, name, "step_time")
             cells.append(f"{statistics.median(medians):.3f}x ({min(medians):.3f}-{max(medians):.3f})")
-        same = all([r["reward"] for r in run[name]] == [r["reward"] for r in run[base]] for run in runs_of_pairs)
-        times = " | ".join(f"{statistics.median(r[k] for r in runs):.4f}" for k in ("step_time", "trainer_time", "cpu_time"))
+        same = all([r["reward"] for r in run[name]] == [r["reward"] for r in run[base]]
+                   for run in runs_of_pairs)
+        times = " | ".join(f"{statistics.median(r[k] for r in runs):.4f}"
+                           for k in ("step_time", "trainer_time", "cpu_time"))
         print(f"| {algo} | {name} | {times} | {' | '.join(cells)} | {'yes' if same else 'NO'} |")
     print(f"\nBy phase of training ({algo}; wall ms, medians over the group's steps; ratios paired step by "
           f"step, median (quartiles); other = train_step minus rollout and update)\n")
@@ -231,7 +243,8 @@ def report_groups(results: dict[str, list[dict]], base: str, groups: dict[str, l
         length = statistics.mean(r["completion_len_mean"] for r in ref)
         for name, records in results.items():
             runs = [records[i] for i in indices]
-            times = " | ".join(f"{statistics.median(r[k] for r in runs) * 1000:.1f}" for k in PHASE_KEYS.values())
+            times = " | ".join(f"{statistics.median(r[k] for r in runs) * 1000:.1f}"
+                               for k in PHASE_KEYS.values())
             ratios = " | ".join(paired_ratio(ref, runs, k) for k in PHASE_KEYS.values())
             print(f"| {label} | {len(indices)} | {length:.2f} | {name} | {times} | {ratios} |")
 
@@ -249,14 +262,30 @@ def length_groups(records: list[dict], bands: int = 3) -> dict[str, list[int]]:
     (nearly) equal count, shortest first."""
     order = sorted(range(len(records)), key=lambda i: records[i]["completion_len_mean"])
     chunks = [order[k * len(order) // bands: (k + 1) * len(order) // bands] for k in range(bands)]
-    return {f"len {records[c[0]]['completion_len_mean']:.2f}-{records[c[-1]]['completion_len_mean']:.2f}": sorted(c)
-            for c in chunks if c}
+    return {
+        f"len {records[c[0]]['completion_len_mean']:.2f}-{records[c[-1]]['completion_len_mean']:.2f}": sorted(
+            c
+        )
+        for c in chunks
+        if c
+    }
 
 
 def write_per_step(results: dict[str, list[dict]], path: Path) -> None:
     """One CSV row per (tree, paired step): the step's times, completion length and reward."""
-    columns = ["tree", "run", "step", "step_time", "cpu_time", "rollout_time", "update_time", "trainer_time", "other_time",
-               "completion_len_mean", "reward"]
+    columns = [
+        "tree",
+        "run",
+        "step",
+        "step_time",
+        "cpu_time",
+        "rollout_time",
+        "update_time",
+        "trainer_time",
+        "other_time",
+        "completion_len_mean",
+        "reward",
+    ]
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
@@ -295,20 +324,34 @@ def run(tree: Path, algo: str, steps: int, threads: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--trees", nargs="+", default=["now=."], help="NAME=PATH of a checkout (the first is the baseline)")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trees", nargs="+", default=["now=."],
+                        help="NAME=PATH of a checkout (the first is the baseline)")
     parser.add_argument("--algos", nargs="+", default=["grpo", "gspo", "ppo"])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--paired", type=int, default=0, metavar="N",
                         help="N steps per tree in long-lived processes taking turns step by step (see above)")
-    parser.add_argument("--phases", type=int, nargs="*", default=[31, 61], metavar="STEP",
-                        help="the last step of each phase of training but the last, for the tables by phase (default 31 61: steps 2-31 are a 30-step run's; "
-                             "none: no such table)")
-    parser.add_argument("--repeats", type=int, default=1, metavar="R",
-                        help="with --paired: R sets of fresh processes, one after the other; the tables pool their "
-                             "steps and add the median and range of the R sets' median ratios")
+    parser.add_argument(
+        "--phases",
+        type=int,
+        nargs="*",
+        default=[31, 61],
+        metavar="STEP",
+        help="the last step of each phase of training but the last, for the tables by phase (default 31 61: "
+             "steps 2-31 are a 30-step run's; "
+        "none: no such table)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        metavar="R",
+        help="with --paired: R sets of fresh processes, one after the other; the tables pool their "
+        "steps and add the median and range of the R sets' median ratios",
+    )
     parser.add_argument("--per-step", type=Path, metavar="CSV",
                         help="with --paired: write every paired step's times, completion length and reward")
     args = parser.parse_args()
@@ -330,15 +373,22 @@ def main() -> None:
             for name, tree in trees.items():  # A B A B: the trees take turns
                 results[name, algo].append(run(tree, algo, args.steps, args.threads))
                 last = results[name, algo][-1]
-                print(f"round {round_ + 1} {algo:5s} {name:8s} {last['step_time'] * 1000:7.1f} ms/step "
-                      f"{last['cpu_time'] * 1000:7.1f} ms CPU/step, load {os.getloadavg()[0]:.2f}", flush=True)
+                print(
+                    f"round {round_ + 1} {algo:5s} {name:8s} {last['step_time'] * 1000:7.1f} ms/step "
+                    f"{last['cpu_time'] * 1000:7.1f} ms CPU/step, load {os.getloadavg()[0]:.2f}",
+                    flush=True,
+                )
         loads.append(os.getloadavg()[0])
     base = next(iter(trees))
-    print(f"\nRL step time, {date.today()}, {cpu_name()}, {os.cpu_count()} cores, "
-          f"{args.threads} torch thread(s); 1-minute load average {min(loads):.2f}-{max(loads):.2f}; "
-          f"{args.rounds} interleaved rounds of {args.steps} steps (median per run, then median over rounds)\n")
-    print("| algorithm | tree | s/step | rollout s | update s | vs " + base + " (median, range) | cpu s/step | "
-          "vs " + base + ", CPU time (median, range) | same rewards |")
+    print(
+        f"\nRL step time, {date.today()}, {cpu_name()}, {os.cpu_count()} cores, "
+        f"{args.threads} torch thread(s); 1-minute load average {min(loads):.2f}-{max(loads):.2f}; "
+        f"{args.rounds} interleaved rounds of {args.steps} steps (median per run, then median over rounds)\n"
+    )
+    print(
+        "| algorithm | tree | s/step | rollout s | update s | vs " + base + " (median, range) | cpu s/step | "
+        "vs " + base + ", CPU time (median, range) | same rewards |"
+    )
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for algo in args.algos:
         for name in trees:

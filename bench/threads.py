@@ -89,9 +89,12 @@ def measure(workload: str, condition: str, steps: int) -> str:
             spinner.wait()
     ratios = [one / two for one, two in zip(times[1], times[2])]
     low, _, high = statistics.quantiles(ratios, n=4)
-    return (f"| {workload} | {condition} | {statistics.median(times[1]) * 1e3:.1f} | "
-            f"{statistics.median(times[2]) * 1e3:.1f} | {statistics.median(ratios):.2f}x ({low:.2f}-{high:.2f}) | "
-            f"{min(load):.2f}-{max(load):.2f} |")
+    return (
+        f"| {workload} | {condition} | {statistics.median(times[1]) * 1e3:.1f} | "
+        f"{statistics.median(times[2]) * 1e3:.1f} | {statistics.median(ratios):.2f}x ({low:.2f}-{high:.2f}) "
+        "| "
+        f"{min(load):.2f}-{max(load):.2f} |"
+    )
 
 
 def same_history(steps: int) -> str:
@@ -109,18 +112,23 @@ def same_history(steps: int) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=40, help="pairs of steps per workload and condition")
     parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS), default=["sft", "grpo"])
     parser.add_argument("--conditions", nargs="+", choices=["idle", "busy"], default=["idle", "busy"])
-    parser.add_argument("--history-steps", type=int, default=40, help="steps of the same-history check (0: skip)")
+    parser.add_argument("--history-steps", type=int, default=40,
+                        help="steps of the same-history check (0: skip)")
     args = parser.parse_args()
     keep_freed_memory()  # the allocator tuning the CLI turns on (rlhf_lab/util/allocator.py)
     if args.steps < 2:
         parser.error(f"--steps must be at least 2 (quartiles need two pairs), got {args.steps}")
-    print(f"\nThreads, {date.today()}, {cpu_name()}, {os.cpu_count()} logical "
-          f"CPUs, torch {torch.__version__}; {args.steps} pairs of steps per row, 1 and 2 threads alternating\n")
-    print("| workload | condition | 1 thread ms/step | 2 threads ms/step | 1 / 2 threads (median, quartiles) | load |")
+    print(
+        f"\nThreads, {date.today()}, {cpu_name()}, {os.cpu_count()} logical "
+        f"CPUs, torch {torch.__version__}; {args.steps} pairs of steps per row, 1 and 2 threads alternating\n"
+    )
+    print("| workload | condition | 1 thread ms/step | 2 threads ms/step | 1 / 2 threads (median, "
+          "quartiles) | load |")
     print("| --- | --- | ---: | ---: | ---: | --- |")
     for workload in args.workloads:
         for condition in args.conditions:

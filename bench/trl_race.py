@@ -156,22 +156,46 @@ class RecordedReward:
         return rewards.tolist()
 
 
-def trl_config(output_dir: str, seed: int, max_steps: int, max_completion_length: int, logging_steps: int = 10):
+def trl_config(output_dir: str, seed: int, max_steps: int, max_completion_length: int,
+               logging_steps: int = 10):
     from trl import GRPOConfig
 
     s = SETTINGS
     return GRPOConfig(
-        output_dir=output_dir, seed=seed, max_steps=max_steps, use_cpu=True,
-        per_device_train_batch_size=s["prompts_per_step"] * s["num_generations"], gradient_accumulation_steps=1,
-        steps_per_generation=1, num_generations=s["num_generations"], num_iterations=s["num_iterations"],
-        learning_rate=s["learning_rate"], lr_scheduler_type="constant", warmup_steps=s["warmup_steps"],
-        adam_beta1=ADAM_BETAS[0], adam_beta2=ADAM_BETAS[1], weight_decay=s["weight_decay"],
-        max_grad_norm=s["max_grad_norm"], beta=s["beta"], epsilon=s["epsilon"], loss_type=s["loss_type"],
-        scale_rewards=s["scale_rewards"], mask_truncated_completions=False,  # DAPO's option (rl/dapo.py): off
-        temperature=s["temperature"], top_k=0, top_p=1.0, max_completion_length=max_completion_length,
-        bf16=False, fp16=False, gradient_checkpointing=s["gradient_checkpointing"],
-        eval_strategy="no", save_strategy="no", report_to="none", disable_tqdm=True,
-        logging_steps=logging_steps, dataloader_num_workers=0,
+        output_dir=output_dir,
+        seed=seed,
+        max_steps=max_steps,
+        use_cpu=True,
+        per_device_train_batch_size=s["prompts_per_step"] * s["num_generations"],
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_generations=s["num_generations"],
+        num_iterations=s["num_iterations"],
+        learning_rate=s["learning_rate"],
+        lr_scheduler_type="constant",
+        warmup_steps=s["warmup_steps"],
+        adam_beta1=ADAM_BETAS[0],
+        adam_beta2=ADAM_BETAS[1],
+        weight_decay=s["weight_decay"],
+        max_grad_norm=s["max_grad_norm"],
+        beta=s["beta"],
+        epsilon=s["epsilon"],
+        loss_type=s["loss_type"],
+        scale_rewards=s["scale_rewards"],
+        mask_truncated_completions=False,  # DAPO's option (rl/dapo.py): off
+        temperature=s["temperature"],
+        top_k=0,
+        top_p=1.0,
+        max_completion_length=max_completion_length,
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=s["gradient_checkpointing"],
+        eval_strategy="no",
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        logging_steps=logging_steps,
+        dataloader_num_workers=0,
     )
 
 
@@ -181,7 +205,8 @@ def build_trl(seed: int, max_steps: int, callbacks=(), trainer_class=None, loggi
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    lab = Trainer(lab_config(seed))  # the split, the completion budget and the reward, exactly as the lab has them
+    # the split, the completion budget and the reward, exactly as the lab has them
+    lab = Trainer(lab_config(seed))
     model, _, _ = load_checkpoint(CHECKPOINT)
     hf_model = to_hf(model).train()
     hf_tokenizer = HFTokenizer.from_pretrained(checkpoint_folder(CHECKPOINT)).hf
@@ -255,7 +280,8 @@ TRAINER_NAMES = {"lab": "lab rl.Trainer", "lab-no-kl": "lab rl.Trainer, no KL me
                  "trl": "TRL GRPOTrainer"}
 
 
-def run_lab(seed: int, budget: float | None, steps: int | None, budget_clock: str, variant: str = "lab") -> dict:
+def run_lab(seed: int, budget: float | None, steps: int | None, budget_clock: str,
+            variant: str = "lab") -> dict:
     clock = Clock(budget, steps, budget_clock)
     trainer = Trainer(lab_config(seed, steps=10**9, **LAB_VARIANTS[variant]))
     trainer.train(steps=0)  # row 0 (the start) outside the clock
@@ -298,8 +324,18 @@ def worker(args) -> None:
 
 
 def spawn(name: str, seed: int, args) -> dict:
-    command = [sys.executable, __file__, "--worker", name, "--seed", str(seed), "--threads", str(args.threads),
-               "--clock", args.clock]
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        name,
+        "--seed",
+        str(seed),
+        "--threads",
+        str(args.threads),
+        "--clock",
+        args.clock,
+    ]
     if args.budget is not None:
         command += ["--budget", str(args.budget)]
     if args.steps is not None:
@@ -321,46 +357,67 @@ def race(args) -> None:
         for name in runs:  # lab, TRL, lab, TRL, ...: load drift hits every trainer alike
             runs[name].append(spawn(name, round_, args))
             r = runs[name][-1]
-            print(f"round {round_ + 1} {name:9s} seed {round_}: {r['steps']} steps in {r['wall_train_s']:.1f} s "
-                  f"({r['cpu_train_s']:.1f} s CPU), {r['wall_step_s'] * 1000:.0f} ms/step ({r['cpu_step_s'] * 1000:.0f} "
-                  f"CPU; medians, step 1 excluded), accuracy {r['accuracy']:.3f}, "
-                  f"load {r['load'][0]:.2f}-{r['load'][1]:.2f}", flush=True)
+            print(
+                f"round {round_ + 1} {name:9s} seed {round_}: {r['steps']} steps in {r['wall_train_s']:.1f} "
+                "s "
+                f"({r['cpu_train_s']:.1f} s CPU), {r['wall_step_s'] * 1000:.0f} ms/step "
+                f"({r['cpu_step_s'] * 1000:.0f} "
+                f"CPU; medians, step 1 excluded), accuracy {r['accuracy']:.3f}, "
+                f"load {r['load'][0]:.2f}-{r['load'][1]:.2f}",
+                flush=True,
+            )
     if args.out:
         Path(args.out).write_text(json.dumps([r for rs in runs.values() for r in rs], indent=1))
     loads = [load for rs in runs.values() for r in rs for load in r["load"]]
     limit = f"{args.budget:g} s ({args.clock} clock)" if args.budget is not None else f"{args.steps} steps"
     threads = sorted({r["threads"] for rs in runs.values() for r in rs})
-    print(f"\nRace against TRL, {date.today()}, {cpu_name()}, "
-          f"{os.cpu_count()} cores, {'/'.join(map(str, threads))} torch thread(s), torch {torch.__version__}, "
-          f"transformers {transformers.__version__}, trl {trl.__version__}; 1-minute load average "
-          f"{min(loads):.2f}-{max(loads):.2f}; {args.rounds} interleaved rounds of {limit} per run\n")
-    print("| trainer | s/step | CPU s/step | steps | accuracy after the run (round 1, 2, ...) | mean accuracy "
-          "| TRL / this s/step (median, range) | TRL / this CPU s/step (median, range) |")
+    print(
+        f"\nRace against TRL, {date.today()}, {cpu_name()}, "
+        f"{os.cpu_count()} cores, {'/'.join(map(str, threads))} torch thread(s), torch {torch.__version__}, "
+        f"transformers {transformers.__version__}, trl {trl.__version__}; 1-minute load average "
+        f"{min(loads):.2f}-{max(loads):.2f}; {args.rounds} interleaved rounds of {limit} per run\n"
+    )
+    print(
+        "| trainer | s/step | CPU s/step | steps | accuracy after the run (round 1, 2, ...) | mean accuracy "
+        "| TRL / this s/step (median, range) | TRL / this CPU s/step (median, range) |"
+    )
     print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
     for name, rs in runs.items():
         accuracies = [r["accuracy"] for r in rs]
         mean = statistics.mean(accuracies)
-        spread = (f"{statistics.stdev(accuracies) / math.sqrt(len(accuracies)):.3f} (s.e. over seeds)" if len(rs) > 1
-                  else f"{standard_error(mean, rs[0]['n_test']):.3f} (binomial s.e.)")
+        spread = (
+            f"{statistics.stdev(accuracies) / math.sqrt(len(accuracies)):.3f} (s.e. over seeds)"
+            if len(rs) > 1
+            else f"{standard_error(mean, rs[0]['n_test']):.3f} (binomial s.e.)"
+        )
         ratios = []
-        for clock in ("wall", "cpu"):  # TRL's step over this trainer's, round by round (> 1: this one is faster)
+        # TRL's step over this trainer's, round by round (> 1: this one is faster)
+        for clock in ("wall", "cpu"):
             r = [t[f"{clock}_step_s"] / this[f"{clock}_step_s"] for this, t in zip(rs, runs["trl"])]
             ratios.append(f"{statistics.median(r):.2f}x ({min(r):.2f}-{max(r):.2f})")
-        print(f"| {TRAINER_NAMES[name]} | "
-              f"{statistics.median(r['wall_step_s'] for r in rs):.3f} | {statistics.median(r['cpu_step_s'] for r in rs):.3f} | "
-              f"{statistics.median(r['steps'] for r in rs):.0f} | {', '.join(f'{a:.3f}' for a in accuracies)} | "
-              f"{mean:.3f} +- {spread} | {' | '.join(ratios)} |")
+        print(
+            f"| {TRAINER_NAMES[name]} | "
+            f"{statistics.median(r['wall_step_s'] for r in rs):.3f} | "
+            f"{statistics.median(r['cpu_step_s'] for r in rs):.3f} | "
+            f"{statistics.median(r['steps'] for r in rs):.0f} | {', '.join(f'{a:.3f}' for a in accuracies)} "
+            "| "
+            f"{mean:.3f} +- {spread} | {' | '.join(ratios)} |"
+        )
     start = load_checkpoint(CHECKPOINT)[2].get("accuracy")
-    print(f"\ns/step: median over rounds of each run's median step (step 1 excluded). Accuracy: greedy exact match "
-          f"on the same {rs[0]['n_test']} held-out problems, by the lab's greedy_accuracy for both (the start "
-          f"checkpoint: {start})")
+    print(
+        "\ns/step: median over rounds of each run's median step (step 1 excluded). Accuracy: greedy exact "
+        "match "
+        f"on the same {rs[0]['n_test']} held-out problems, by the lab's greedy_accuracy for both (the start "
+        f"checkpoint: {start})"
+    )
 
 
 # ----------------------------------------------------------------------------------------------
 # --check: step 1 of both on the same batch
 
 
-def rollout_from_ids(prompts_ids, completions_ids, rewards, num_generations, tokenizer, max_completion_length):
+def rollout_from_ids(prompts_ids, completions_ids, rewards, num_generations, tokenizer,
+                     max_completion_length):
     """A lab Rollout of given token ids (no sampling): left-padded prompts, right-padded completions,
     rows in generation order (the G completions of a prompt are contiguous)."""
     n = len(prompts_ids)
@@ -372,9 +429,18 @@ def rollout_from_ids(prompts_ids, completions_ids, rewards, num_generations, tok
         ids[row, P: P + len(c)] = torch.tensor(c, dtype=torch.long)
         attention[row, P - len(p): P + len(c)] = 1
     finished = torch.tensor([bool(c) and c[-1] == tokenizer.eos_token_id for c in completions_ids])
-    return Rollout(input_ids=ids, attention_mask=attention, prompt_width=P, completion_ids=ids[:, P:],
-                   completion_mask=attention[:, P:].float(), rewards=rewards.float(), correct=torch.zeros(n),
-                   finished=finished, num_generations=num_generations, max_completion_length=max_completion_length)
+    return Rollout(
+        input_ids=ids,
+        attention_mask=attention,
+        prompt_width=P,
+        completion_ids=ids[:, P:],
+        completion_mask=attention[:, P:].float(),
+        rewards=rewards.float(),
+        correct=torch.zeros(n),
+        finished=finished,
+        num_generations=num_generations,
+        max_completion_length=max_completion_length,
+    )
 
 
 def float64_reference(lab, rollout) -> tuple[float, float]:
@@ -383,10 +449,15 @@ def float64_reference(lab, rollout) -> tuple[float, float]:
     model = to_hf(lab.policy).double().train()
     P, T = rollout.prompt_width, rollout.completion_ids.shape[1]
     logits = model(rollout.input_ids[:, :-1], attention_mask=rollout.attention_mask[:, :-1]).logits
-    logits = logits[:, P - 1: P - 1 + T] / SETTINGS["temperature"]  # position P-1+t predicts completion token t
+    # position P-1+t predicts completion token t
+    logits = logits[:, P - 1: P - 1 + T] / SETTINGS["temperature"]
     logprobs = torch.log_softmax(logits, -1).gather(-1, rollout.completion_ids.unsqueeze(-1)).squeeze(-1)
-    batch = dataclasses.replace(rollout, advantages=rollout.advantages.double(), old_logprobs=logprobs.detach(),
-                                completion_mask=rollout.completion_mask.double())
+    batch = dataclasses.replace(
+        rollout,
+        advantages=rollout.advantages.double(),
+        old_logprobs=logprobs.detach(),
+        completion_mask=rollout.completion_mask.double(),
+    )
     loss, _ = lab.algorithm.loss(batch, PolicyOutput(logprobs=logprobs, entropy=None, values=None))
     gradients = torch.autograd.grad(loss, [p for p in model.parameters() if p.requires_grad])
     return loss.item(), float(torch.cat([g.flatten() for g in gradients]).norm())
@@ -404,7 +475,9 @@ def check(args) -> bool:
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-            recorded["inputs"] = {k: v.detach().clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+            recorded["inputs"] = (
+                {k: v.detach().clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+            )
             recorded["loss"] = loss.item()
             return loss
 
@@ -420,8 +493,14 @@ def check(args) -> bool:
     # The lab, at the same starting weights, on TRL's batch in generation order.
     tokenizer, G = lab.tokenizer, SETTINGS["num_generations"]
     prompts_ids = [tokenizer.encode(p, add_bos=True) for p in reward.last["prompts"]]
-    rollout = rollout_from_ids(prompts_ids, reward.last["completion_ids"], reward.last["rewards"], G, tokenizer,
-                               lab.max_completion_length)
+    rollout = rollout_from_ids(
+        prompts_ids,
+        reward.last["completion_ids"],
+        reward.last["rewards"],
+        G,
+        tokenizer,
+        lab.max_completion_length,
+    )
     lab.algorithm.compute_advantages(rollout)
     lab_advantages = rollout.advantages[:, 0]
     result = lab.loss_and_gradient(rollout, on_policy=True)
@@ -454,15 +533,33 @@ def check(args) -> bool:
     rewards_equal = bool(torch.equal(reward.last["rewards"].float(), rollout.rewards))
     exact_loss, exact_grad_norm = float64_reference(lab, rollout)
     rows = [  # name, lab - TRL, tolerance, lab - float64, TRL - float64
-        ("advantages (max abs diff)", float((lab_advantages - trl_advantages).abs().max()), tolerances["advantages"],
-         None, None),
-        ("loss", abs(result.loss - recorded["loss"]), tolerances["loss"], result.loss - exact_loss,
-         recorded["loss"] - exact_loss),
-        ("grad norm (pre-clip)", abs(lab_grad_norm - recorded["grad_norm"]), tolerances["grad_norm"],
-         lab_grad_norm - exact_grad_norm, recorded["grad_norm"] - exact_grad_norm),
+        (
+            "advantages (max abs diff)",
+            float((lab_advantages - trl_advantages).abs().max()),
+            tolerances["advantages"],
+            None,
+            None,
+        ),
+        (
+            "loss",
+            abs(result.loss - recorded["loss"]),
+            tolerances["loss"],
+            result.loss - exact_loss,
+            recorded["loss"] - exact_loss,
+        ),
+        (
+            "grad norm (pre-clip)",
+            abs(lab_grad_norm - recorded["grad_norm"]),
+            tolerances["grad_norm"],
+            lab_grad_norm - exact_grad_norm,
+            recorded["grad_norm"] - exact_grad_norm,
+        ),
     ]
-    print(f"Step 1 on TRL's batch: {len(rollout)} completions ({n_tokens} completion tokens), "
-          f"mean reward {float(rollout.rewards.mean()):.4f}, rewards identical: {'yes' if rewards_equal else 'NO'}")
+    print(
+        f"Step 1 on TRL's batch: {len(rollout)} completions ({n_tokens} completion tokens), "
+        f"mean reward {float(rollout.rewards.mean()):.4f}, rewards identical: "
+        f"{'yes' if rewards_equal else 'NO'}"
+    )
     print(f"lab loss {result.loss:.6e}  TRL loss {recorded['loss']:.6e}  |  "
           f"lab grad norm {lab_grad_norm:.8f}  TRL grad norm {recorded['grad_norm']:.8f}")
     print(f"float64 reference: loss {exact_loss:.6e}, grad norm {exact_grad_norm:.8f}\n")
@@ -478,18 +575,28 @@ def check(args) -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="step 1 of both on the same batch, then exit")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--budget", type=float, default=None, help="seconds of training per run (default 60)")
-    parser.add_argument("--steps", type=int, default=None, help="steps per run (instead of, or as well as, --budget)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="steps per run (instead of, or as well as, --budget)")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                        help="what --budget counts: wall time, or the process's CPU time (fairer on a loaded machine)")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="what --budget counts: wall time, or the process's CPU time (fairer on a loaded machine)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="--check's seed (the race uses seed = round)")
-    parser.add_argument("--out", default=None, help="also write every run (with each step's time) to this JSON file")
-    parser.add_argument("--lab-without-kl-metric", action="store_true",
-                        help="also race the lab with kl_metric_samples=0 (no reference forward, as TRL at beta = 0)")
+    parser.add_argument("--out", default=None,
+                        help="also write every run (with each step's time) to this JSON file")
+    parser.add_argument(
+        "--lab-without-kl-metric",
+        action="store_true",
+        help="also race the lab with kl_metric_samples=0 (no reference forward, as TRL at beta = 0)",
+    )
     parser.add_argument("--worker", choices=tuple(TRAINER_NAMES), help=argparse.SUPPRESS)
     args = parser.parse_args()
     keep_freed_memory()  # the allocator tuning the CLI turns on (rlhf_lab/util/allocator.py)

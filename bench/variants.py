@@ -22,8 +22,13 @@ CLOCKS = ("wall_time", "step_time", "rollout_time", "update_time", "tokens_per_s
           "mem_optimizer_bytes", "mem_peak_bytes", "mem_update_peak_bytes")
 
 SMALL = dict(steps=4, eval_every=2, eval_examples=40, prompts_per_step=16, num_generations=8, seed=0)
-DAPO = dict(epsilon_high=0.28, loss_type="dapo", dynamic_sampling=False, mask_truncated_completions=False,
-            overlong_buffer=0)  # every DAPO option given, so the variants do not depend on DAPOConfig's defaults
+DAPO = dict(
+    epsilon_high=0.28,
+    loss_type="dapo",
+    dynamic_sampling=False,
+    mask_truncated_completions=False,
+    overlong_buffer=0,
+)  # every DAPO option given, so the variants do not depend on DAPOConfig's defaults
 
 # name -> (algorithm, settings). A DAPO variant names "dapo" and runs as "grpo" where no DAPO class exists.
 VARIANTS = {
@@ -94,12 +99,14 @@ def compare(before: dict, after: dict) -> list[str]:
         for i, (rb, ra) in enumerate(zip(b["rows"], a["rows"])):
             for key in sorted(rb):
                 if not same(rb.get(key), ra.get(key)):
-                    problems.append(f"{name}: row {i} column {key}: {rb.get(key)!r} before, {ra.get(key)!r} after")
+                    problems.append(f"{name}: row {i} column {key}: {rb.get(key)!r} before, {ra.get(key)!r} "
+                                    "after")
     return problems
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--record", metavar="JSON", help="write every variant's history and weight hash")
     group.add_argument("--compare", metavar="JSON", help="run again and compare with this record")
@@ -112,7 +119,8 @@ def main(argv=None) -> int:
     results = {}
     for name in names:
         results[name] = run(name)
-        print(f"{name}: {len(results[name]['rows'])} rows, weights {results[name]['weights_sha256'][:12]}", flush=True)
+        print(f"{name}: {len(results[name]['rows'])} rows, weights {results[name]['weights_sha256'][:12]}",
+              flush=True)
     if args.record:
         with open(args.record, "w") as f:
             json.dump(results, f, indent=1)
@@ -127,7 +135,8 @@ def main(argv=None) -> int:
             added = sorted(set(results[name]["rows"][-1]) - set(before[name]["rows"][-1]))
             if added:
                 print(f"{name}: new columns {added}")
-    print(f"{len(names)} variants compared: {'identical' if not problems else f'{len(problems)} differences'}")
+    print(f"{len(names)} variants compared: "
+          f"{'identical' if not problems else f'{len(problems)} differences'}")
     return 1 if problems else 0
 
 

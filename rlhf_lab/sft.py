@@ -60,8 +60,12 @@ def lab_model_config(tokenizer, **overrides) -> ModelConfig:
     400-800 steps.
     """
     base = dict(
-        vocab_size=len(tokenizer), **MODEL_SIZE, max_position_embeddings=128,
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        **MODEL_SIZE,
+        max_position_embeddings=128,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
     )
     base.update(overrides)
     return ModelConfig(**base)
@@ -92,8 +96,10 @@ class SFTConfig(Validated):
 
     def check(self) -> None:
         if self.eval_examples > self.n_test:
-            raise ValueError(f"eval_examples ({self.eval_examples}) must be <= n_test ({self.n_test}): evaluation "
-                             "draws its problems from the test split")
+            raise ValueError(
+                f"eval_examples ({self.eval_examples}) must be <= n_test ({self.n_test}): evaluation "
+                "draws its problems from the test split"
+            )
         get_task(self.task, **self.task_params)  # validates the task's own parameters
 
 
@@ -133,7 +139,16 @@ def completion_loss(model, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> 
     return loss
 
 
-HISTORY_COLUMNS = ("step", "wall_time", "step_time", "loss", "eval_accuracy", "lr", "grad_norm", "tokens_per_s")
+HISTORY_COLUMNS = (
+    "step",
+    "wall_time",
+    "step_time",
+    "loss",
+    "eval_accuracy",
+    "lr",
+    "grad_norm",
+    "tokens_per_s",
+)
 
 
 class SFTTrainer(SupervisedLoop):
@@ -142,7 +157,8 @@ class SFTTrainer(SupervisedLoop):
     Args:
         config: the run's settings; `config.task` also scores the held-out evaluation.
         tokenizer: the lab tokenizer (`rlhf_lab.text.tokenizer.default_tokenizer()`).
-        model: the model to fine-tune (moved to `config.device`); None builds a fresh one seeded by config.seed.
+        model: the model to fine-tune (moved to `config.device`); None builds a fresh one seeded by
+        config.seed.
         train_examples: `Example`s to imitate (prompt, answer, completion); default the task's training split.
             Pass a teacher's answers as completions to distil it.
         eval_examples: held-out `Example`s for `evaluate`; default the first `config.eval_examples` of the
@@ -208,7 +224,8 @@ class SFTTrainer(SupervisedLoop):
 
     def start_row(self) -> dict:
         # eval_every = 0 means no evaluation at all (a pure speed or loss run)
-        return {"step": 0, "wall_time": 0.0, "eval_accuracy": self.evaluate() if self.config.eval_every else math.nan}
+        return {"step": 0, "wall_time": 0.0,
+                "eval_accuracy": self.evaluate() if self.config.eval_every else math.nan}
 
     def early_stop(self, metrics: dict) -> str | None:
         target = self.config.stop_at_accuracy
@@ -229,11 +246,13 @@ class SFTTrainer(SupervisedLoop):
         width = int(batch_mask.nonzero()[:, 1].max()) + 1  # trim the shared right padding
         with autocast(self.device):
             loss = completion_loss(self.model, batch_ids[:, :width], batch_mask[:, :width])
-        grad_norm = backward_and_step(loss, self.optimizer, self.model.parameters(), c.max_grad_norm, step, "SFT")
+        grad_norm = backward_and_step(loss, self.optimizer, self.model.parameters(), c.max_grad_norm, step,
+                                      "SFT")
         step_time = time.perf_counter() - t0
         self.step = step
         self.train_time += step_time
-        supervised_tokens = float(batch_mask[:, 1:width].sum())  # completion tokens + EOS: what the loss trains
+        # completion tokens + EOS: what the loss trains
+        supervised_tokens = float(batch_mask[:, 1:width].sum())
         return {"step": step, "wall_time": self.train_time, "step_time": step_time, "loss": loss.item(),
                 "eval_accuracy": math.nan, "lr": self.optimizer.param_groups[0]["lr"], "grad_norm": grad_norm,
                 "tokens_per_s": supervised_tokens / max(step_time, 1e-9)}
@@ -267,6 +286,7 @@ def train_sft(config: SFTConfig, tokenizer, model: LlamaModel | None = None, cal
     if trainer.stop_reason == "interrupted":
         raise KeyboardInterrupt
     if trainer.stop_reason == "non_finite":
-        raise NonFiniteLossError(f"SFT loss became non-finite at step {trainer.step + 1}; lower learning_rate")
+        raise NonFiniteLossError(f"SFT loss became non-finite at step {trainer.step + 1}; lower "
+                                 "learning_rate")
     history.attrs["config"] = asdict(config)
     return trainer.model, history

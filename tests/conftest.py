@@ -9,7 +9,8 @@ import pytest
 import torch
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
-SCREENSHOTS = Path(os.environ.get("RLHF_LAB_SCREENSHOTS", Path(__file__).resolve().parent / "browser" / "screenshots"))
+SCREENSHOTS = Path(os.environ.get("RLHF_LAB_SCREENSHOTS",
+                                  Path(__file__).resolve().parent / "browser" / "screenshots"))
 SESSION_START = time.time()
 
 # Tiny models: one thread avoids oversubscribing small CPUs (2 cores in CI) and is faster for

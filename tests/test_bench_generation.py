@@ -8,9 +8,29 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_trees_run_each_lab_implementation_from_each_tree():
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "generation.py"), "--trees", f"a={ROOT}", f"b={ROOT}",
-                          "--impls", "lab-static", "--settings", "2x3", "--rounds", "1", "--repeats", "1",
-                          "--threads", "1"], capture_output=True, text=True, check=True, cwd=ROOT)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "generation.py"),
+            "--trees",
+            f"a={ROOT}",
+            f"b={ROOT}",
+            "--impls",
+            "lab-static",
+            "--settings",
+            "2x3",
+            "--rounds",
+            "1",
+            "--repeats",
+            "1",
+            "--threads",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
     rows = [line for line in out.stdout.splitlines() if line.startswith("| greedy")]
     assert [row.split("|")[2].strip() for row in rows] == ["lab-static@a", "lab-static@b"]
     assert "vs @a" in out.stdout

@@ -24,7 +24,8 @@ from rlhf_lab.model.hf import from_pretrained
 from rlhf_lab.tasks import get_task
 from rlhf_lab.train.evaluate import greedy_accuracy
 
-FILES = {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json"}
+FILES = {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
+         "tokenizer_config.json"}
 MAX_TOTAL_BYTES = 10 * 1024 * 1024
 TEXTS = ["047+085=231", "999+001=0001", "500+500=", "885+440=", "", "sort:3194= ok"]
 
@@ -55,8 +56,14 @@ def summed_terms(config, seq_len: int) -> int:
     denominator and weights @ v (seq_len each), o_proj (heads * head_dim), RMSNorm (hidden), gate/up
     (hidden), down (intermediate); then the final RMSNorm and the lm_head row (hidden each).
     """
-    per_layer = (3 * config.hidden_size + config.head_dim + 2 * seq_len
-                 + config.num_attention_heads * config.head_dim + config.hidden_size + config.intermediate_size)
+    per_layer = (
+        3 * config.hidden_size
+        + config.head_dim
+        + 2 * seq_len
+        + config.num_attention_heads * config.head_dim
+        + config.hidden_size
+        + config.intermediate_size
+    )
     return config.num_hidden_layers * per_layer + 2 * config.hidden_size
 
 
@@ -200,7 +207,9 @@ def test_write_readme_regenerates_the_committed_readme(tmp_path):
     committed = (CHECKPOINT_DIR / "README.md").read_text()
     write_readme(copy)
     assert (copy / "README.md").read_text() == committed, (
-        "data/checkpoints/README.md is stale: run `python -c 'from rlhf_lab.checkpoints.presets import write_readme; write_readme()'`")
+        "data/checkpoints/README.md is stale: run `python -c 'from rlhf_lab.checkpoints.presets import "
+        "write_readme; write_readme()'`"
+    )
     assert model_size_line(MODEL_SIZE) in committed, "the README's Model section must quote MODEL_SIZE"
 
 
@@ -210,7 +219,9 @@ def test_write_readme_rewrites_only_the_table(tmp_path):
     readme = copy / "README.md"
     text = readme.read_text()
     begin, end = text.index(TABLE_BEGIN), text.index(TABLE_END) + len(TABLE_END)
-    edited = "Edited prose.\n" + text[:begin] + f"{TABLE_BEGIN}\n| stale |\n{TABLE_END}" + text[end:] + "More.\n"
+    edited = (
+        "Edited prose.\n" + text[:begin] + f"{TABLE_BEGIN}\n| stale |\n{TABLE_END}" + text[end:] + "More.\n"
+    )
     readme.write_text(edited)
     write_readme(copy)
     assert readme.read_text() == "Edited prose.\n" + text + "More.\n"
@@ -232,7 +243,8 @@ def test_folder_without_tokenizer_is_refused_unless_asked(tmp_path):
     folder = tmp_path / "no_tokenizer"
     shutil.copytree(CHECKPOINT_DIR / "addition_sft", folder)
     (folder / "tokenizer.json").unlink()
-    with pytest.raises(CheckpointError, match=re.escape(str(folder)) + ".*no tokenizer.json.*default_tokenizer=True"):
+    with pytest.raises(CheckpointError,
+                       match=re.escape(str(folder)) + ".*no tokenizer.json.*default_tokenizer=True"):
         load_checkpoint(folder)
     model, tokenizer, meta = load_checkpoint(folder, default_tokenizer=True)
     assert meta["name"] == "addition_sft" and len(tokenizer) == model.config.vocab_size
@@ -245,8 +257,11 @@ def test_unknown_name_is_named():
 
 
 def test_the_loader_does_not_import_the_training_code():
-    code = ("import sys, rlhf_lab.checkpoints; "
-            "print(sorted(m for m in sys.modules if m in ('rlhf_lab.sft', 'rlhf_lab.checkpoints.presets', 'rlhf_lab.rl')))")
+    code = (
+        "import sys, rlhf_lab.checkpoints; "
+        "print(sorted(m for m in sys.modules if m in ('rlhf_lab.sft', 'rlhf_lab.checkpoints.presets', "
+        "'rlhf_lab.rl')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

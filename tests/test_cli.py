@@ -45,8 +45,28 @@ def test_training_commands_turn_on_the_allocator_tuning_and_a_trainer_does_not(t
     monkeypatch.setattr(ctypes, "CDLL", lambda name, *a, **k: loads.append(name) or real(name, *a, **k))
     Trainer(make_config("grpo", prompts_per_step=2, n_train=50, n_test=10, eval_examples=5))
     assert "libc.so.6" not in loads
-    assert main(["train", "--algo", "grpo", "--steps", "1", "--eval-every", "0", "--set", "eval_examples=5",
-                 "--set", "prompts_per_step=2", "--no-progress", "--no-plots", "--out", str(tmp_path / "r")]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--algo",
+                "grpo",
+                "--steps",
+                "1",
+                "--eval-every",
+                "0",
+                "--set",
+                "eval_examples=5",
+                "--set",
+                "prompts_per_step=2",
+                "--no-progress",
+                "--no-plots",
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
+        == 0
+    )
     import platform
 
     if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
@@ -55,8 +75,25 @@ def test_training_commands_turn_on_the_allocator_tuning_and_a_trainer_does_not(t
 
 def test_compare_writes_one_report(tmp_path):
     out = tmp_path / "cmp"
-    code = main(["compare", "--algos", "grpo", "reinforce", "--steps", "1", "--eval-every", "1",
-                 "--set", "eval_examples=20", "--set", "prompts_per_step=4", "--no-progress", "--out", str(out)])
+    code = main(
+        [
+            "compare",
+            "--algos",
+            "grpo",
+            "reinforce",
+            "--steps",
+            "1",
+            "--eval-every",
+            "1",
+            "--set",
+            "eval_examples=20",
+            "--set",
+            "prompts_per_step=4",
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     report = (out / "report.md").read_text()
     assert "grpo" in report and "reinforce" in report

@@ -86,13 +86,15 @@ def test_processors_that_read_the_context_follow_the_compiled_step(shipped, name
 def test_a_second_call_does_not_recompile(shipped, name):
     """Same shapes, other prompts of the same width: torch's cache serves the compiled graph, also after a
     call with other shapes (2 samples per prompt: twice the rows) compiled a second one. Under
-    `fail_on_recompile` a recompilation raises, which the fallback would turn into a warning: an error here."""
+    `fail_on_recompile` a recompilation raises, which the fallback would turn into a warning: an error
+    here."""
     model, tokenizer = shipped
     config = CONFIGS[name]
     generate(model, TEXTS, config, tokenizer=tokenizer, compile=True)
     wrapper = compiled_module.COMPILED[compiled_module.decode_step]  # torch.compile's, made once per process
     two = generate(model, TEXTS, config, tokenizer=tokenizer, compile=True, num_return_sequences=2)
-    assert_same_generation(model, two, generate(model, TEXTS, config, tokenizer=tokenizer, num_return_sequences=2))
+    assert_same_generation(model, two, generate(model, TEXTS, config, tokenizer=tokenizer,
+                                                num_return_sequences=2))
     others = ["11+7=", "346+678=", "9+8=", "1001+23=", "5+56=", "88+1="]  # same lengths, same padding
     with torch.compiler.set_stance("fail_on_recompile"), warnings.catch_warnings():
         warnings.filterwarnings("error", FALLBACK)
@@ -125,7 +127,8 @@ def test_failed_compilation_warns_and_decodes_eagerly(shipped, monkeypatch):
 
     monkeypatch.setattr(torch, "compile", no_compiler)
     monkeypatch.setattr(compiled_module, "COMPILED", {})  # no wrapper left from the tests above
-    with pytest.warns(RuntimeWarning, match="torch.compile failed .*no C\\+\\+ compiler found.*decoding eagerly"):
+    with pytest.warns(RuntimeWarning,
+                      match="torch.compile failed .*no C\\+\\+ compiler found.*decoding eagerly"):
         fallback = generate(model, TEXTS, config, tokenizer=tokenizer, compile=True)
     assert_same_generation(model, fallback, generate(model, TEXTS, config, tokenizer=tokenizer))
 

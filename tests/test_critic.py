@@ -33,7 +33,8 @@ def test_prefix_likelihood_is_the_judges_probability_of_the_prefix_times_a_sigmo
     by_hand = torch.stack([torch.exp(logprobs[:, :k].sum(1)) for k in range(mask.shape[1])], 1)
     by_hand = by_hand * torch.sigmoid(out.values)
     # the cumulative sum adds the same terms in the same order as the prefix sums above, up to rounding
-    torch.testing.assert_close(values, by_hand, rtol=8 * torch.finfo(torch.float32).eps * mask.shape[1], atol=0)
+    torch.testing.assert_close(values, by_hand, rtol=8 * torch.finfo(torch.float32).eps * mask.shape[1],
+                               atol=0)
     # before any token the prefix is empty (probability 1) and the zero-initialised head gives sigmoid(0)
     assert torch.equal(values[:, 0], torch.full_like(values[:, 0], 0.5))
     assert (values >= 0).all() and (values <= 1).all()

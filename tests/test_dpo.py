@@ -46,21 +46,28 @@ def test_hand_computed_vectors():
     assert cdpo.item() == pytest.approx(0.61814, abs=5e-6)
     # IPO: (h - 1 / (2 beta))^2 = (2 - 5)^2 = 9, through both entry points
     assert ipo_loss(POLICY_W, POLICY_L, REF_W, REF_L, beta=0.1).item() == pytest.approx(9.0, abs=TOL64)
-    assert dpo_loss(POLICY_W, POLICY_L, REF_W, REF_L, beta=0.1, loss_type="ipo").item() == pytest.approx(9.0, abs=TOL64)
+    ipo = dpo_loss(POLICY_W, POLICY_L, REF_W, REF_L, beta=0.1, loss_type="ipo")
+    assert ipo.item() == pytest.approx(9.0, abs=TOL64)
     # implicit rewards: beta * log-ratio = +0.1 for y_w, -0.1 for y_l; their margin beta * h = 0.2
     assert implicit_rewards(POLICY_W, REF_W, 0.1).item() == pytest.approx(0.1, abs=TOL64)
     assert implicit_rewards(POLICY_L, REF_L, 0.1).item() == pytest.approx(-0.1, abs=TOL64)
 
 
-def trl_sigmoid_and_ipo(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, beta, label_smoothing):
-    """TRL's definitions, transcribed from `DPOTrainer.dpo_loss` (trl/trainer/dpo_trainer.py, TRL main branch, 2025):
+def trl_sigmoid_and_ipo(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, beta,
+                        label_smoothing):
+    """TRL's definitions, transcribed from `DPOTrainer.dpo_loss` (trl/trainer/dpo_trainer.py, TRL main
+    branch, 2025):
     logits = (chosen - rejected) - (ref_chosen - ref_rejected);
     "sigmoid": -logsigmoid(beta logits)(1 - label_smoothing) - logsigmoid(-beta logits) label_smoothing;
     "ipo": (logits - 1 / (2 beta))^2; chosen_rewards = beta (chosen - ref_chosen), likewise rejected."""
     logits = (chosen_logps - rejected_logps) - (ref_chosen_logps - ref_rejected_logps)
-    sigmoid = -F.logsigmoid(beta * logits) * (1 - label_smoothing) - F.logsigmoid(-beta * logits) * label_smoothing
+    sigmoid = (
+        -F.logsigmoid(beta * logits) * (1 - label_smoothing) - F.logsigmoid(-beta * logits) * label_smoothing
+    )
     ipo = (logits - 1 / (2 * beta)) ** 2
-    return sigmoid, ipo, beta * (chosen_logps - ref_chosen_logps), beta * (rejected_logps - ref_rejected_logps)
+    return (
+        sigmoid, ipo, beta * (chosen_logps - ref_chosen_logps), beta * (rejected_logps - ref_rejected_logps)
+    )
 
 
 @pytest.mark.parametrize("beta,label_smoothing", [(0.1, 0.0), (0.5, 0.2), (0.01, 0.0), (2.0, 0.45)])
@@ -127,7 +134,8 @@ def tiny_trainer(pairs=PAIRS, judge=None, **overrides) -> DPOTrainer:
     model = tiny_model(seed=0)
     settings = dict(task_params={"digits": 2}, n_train=64, n_test=8, eval_examples=8, batch_size=4, steps=1,
                     eval_every=0, learning_rate=1e-3)
-    return DPOTrainer(DPOConfig(**(settings | overrides)), model=model, tokenizer=TOKENIZER, pairs=pairs, judge=judge)
+    return DPOTrainer(DPOConfig(**(settings | overrides)), model=model, tokenizer=TOKENIZER, pairs=pairs,
+                      judge=judge)
 
 
 def test_a_step_moves_the_policy_not_the_reference():
@@ -140,14 +148,16 @@ def test_a_step_moves_the_policy_not_the_reference():
     moved = [k for k, v in trainer.model.state_dict().items() if not torch.equal(v, policy_before[k])]
     assert moved, "no policy weight changed after a DPO step"
     for name, value in trainer.ref_model.state_dict().items():
-        assert torch.equal(value, ref_before[name]), f"the reference's {name} changed: pi_ref must stay frozen"
+        assert torch.equal(value,
+                           ref_before[name]), f"the reference's {name} changed: pi_ref must stay frozen"
     assert not any(p.requires_grad for p in trainer.ref_model.parameters())
     assert torch.equal(trainer.pair_ref_logps, ref_logps_before)
     row = history.iloc[-1]
     # Before the step pi = pi_ref: every implicit reward is 0, the loss is log 2 (DPO) and margins 0.
     assert row["loss"] == pytest.approx(math.log(2), abs=1e-6)
     assert row["rewards/chosen"] == pytest.approx(0.0, abs=1e-6)
-    for name in ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies", "logps/chosen",
+    for name in ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies",
+                 "logps/chosen",
                  "logps/rejected", "grad_norm", "lr", "pairs"):
         assert math.isfinite(row[name]), name
 
@@ -162,7 +172,8 @@ def test_precomputed_reference_logprobs_are_the_reference_models():
     # Same model, same inputs, another batch size: float32 sums over <= 6 tokens of ~|2.5| nats each.
     tolerance = 64 * torch.finfo(torch.float32).eps * float(fresh.abs().max() + 1)
     assert torch.allclose(trainer.pair_ref_logps, fresh, rtol=0, atol=tolerance)
-    assert not torch.allclose(policy_now, fresh, rtol=0, atol=tolerance), "two steps left the policy at pi_ref"
+    assert not torch.allclose(policy_now, fresh, rtol=0,
+                              atol=tolerance), "two steps left the policy at pi_ref"
 
 
 def test_ipo_averages_log_probs_over_completion_tokens():
@@ -171,7 +182,8 @@ def test_ipo_averages_log_probs_over_completion_tokens():
     rollout = encode_pairs(TOKENIZER, PAIRS)
     sums = torch.tensor([-4.0, -6.0, -9.0, -2.0, -8.0, -3.0, -12.0, -1.0])
     policy, ref = trainer.loss_inputs(sums, sums - 1.0, rollout.lengths)
-    lengths = torch.tensor([len(c) + 1 for c in [p[1] for p in PAIRS] + [p[2] for p in PAIRS]], dtype=torch.float32)
+    lengths = torch.tensor([len(c) + 1 for c in [p[1] for p in PAIRS] + [p[2] for p in PAIRS]],
+                           dtype=torch.float32)
     assert torch.equal(rollout.lengths, lengths)
     assert torch.allclose(policy, sums / lengths) and torch.allclose(ref, (sums - 1.0) / lengths)
     dpo_trainer = tiny_trainer(loss_type="sigmoid")
@@ -323,7 +335,8 @@ def test_sampled_kl_and_greedy_scores():
     trainer = tiny_trainer()
     examples = trainer.eval_examples
     same = sampled_kl(trainer.model, trainer.ref_model, TOKENIZER, trainer.task, examples, num_generations=2)
-    assert same.shape == (len(examples),) and torch.equal(same, torch.zeros_like(same)), "KL(pi || pi) must be 0"
+    assert same.shape == (
+        len(examples),) and torch.equal(same, torch.zeros_like(same)), "KL(pi || pi) must be 0"
     trainer.train(steps=2)
     budget = trainer.max_completion_length
     moved = sampled_kl(trainer.model, trainer.ref_model, TOKENIZER, trainer.task, examples, num_generations=2,
@@ -332,8 +345,16 @@ def test_sampled_kl_and_greedy_scores():
     # One implementation of the KL: the per-prompt mean of sequence_kl on the same seeded samples.
     trainer.model.eval()
     with torch.no_grad():
-        rollout = sample_and_score(trainer.model, TOKENIZER, examples, 2, SamplingConfig(max_new_tokens=budget),
-                                   lambda *args: 0.0, trainer.task, torch.Generator().manual_seed(5))
+        rollout = sample_and_score(
+            trainer.model,
+            TOKENIZER,
+            examples,
+            2,
+            SamplingConfig(max_new_tokens=budget),
+            lambda *args: 0.0,
+            trainer.task,
+            torch.Generator().manual_seed(5),
+        )
         expected = sequence_kl(trainer.model, trainer.ref_model, rollout).view(-1, 2).mean(1)
     trainer.model.train()
     assert torch.equal(moved, expected)
@@ -346,5 +367,6 @@ def test_sampled_kl_and_greedy_scores():
     _, texts = greedy_accuracy(trainer.model, TOKENIZER, trainer.task, examples, return_completions=True)
     *same_scores, same_texts = greedy_scores(trainer.model, TOKENIZER, trainer.task, examples, longer,
                                              return_completions=True)
-    assert same_texts == texts and torch.equal(same_scores[0], correct) and torch.equal(same_scores[1], rewards)
+    assert same_texts == texts and torch.equal(
+        same_scores[0], correct) and torch.equal(same_scores[1], rewards)
     assert torch.equal(rewards, torch.tensor([float(len(t)) for t in texts]))  # each score is its own text's

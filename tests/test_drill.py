@@ -165,11 +165,14 @@ def test_titles_use_the_terms_chinese_interviewers_use():
     assert drill.question(3).title_zh.endswith("？")  # a question, not a fragment
     assert "On-Policy 还是 Off-Policy（同策略/异策略）" in drill.question(8).title_zh
     assert "手撕代码" in drill.question(12).title_zh
-    assert "组序列策略优化" in drill.question(14).title_zh and "序列级重要性比率" in drill.question(14).title_zh
+    assert (
+        "组序列策略优化" in drill.question(14).title_zh and "序列级重要性比率" in drill.question(14).title_zh
+    )
 
 
 def test_the_myth_table_quotes_the_write_ups_in_chinese():
-    quotes = ["大模型输出本质是高维连续分布", "天然适配MoE架构的负载不均衡特性", "使用更大的裁剪比例（通常比GRPO高10-100倍）",
+    quotes = ["大模型输出本质是高维连续分布", "天然适配MoE架构的负载不均衡特性",
+              "使用更大的裁剪比例（通常比GRPO高10-100倍）",
               "显存占用降低约40%", "GSPO的收敛速度通常比GRPO快2-3倍",
               "GRPO（Generalized Reinforcement Learning with Policy Optimization）是2023年提出的"]
     claims = {myth.key: myth for myth in drill.MYTHS}
@@ -310,10 +313,11 @@ def test_glossary_names_exist_in_the_package():
 
 def test_glossary_has_every_term_learners_search_for_mapped_to_its_function():
     terms = " | ".join(term.zh for term in drill.GLOSSARY)
-    required = ("蒸馏", "信任域", "TRPO", "策略梯度", "演员-评论家", "偏好对", "Bradley-Terry", "拒绝采样", "Best-of-N",
-                "过拟合", "断点续训", "分布式训练", "手撕代码", "二分", "牛顿迭代", "注意力梯度推导", "离线强化学习",
-                "优势函数", "重要性采样比率", "裁剪", "广义优势估计", "价值函数", "评论家", "参考模型", "KL 散度", "奖励模型",
-                "奖励黑客", "奖励过优化", "组相对", "同策略", "异策略", "熵坍缩", "组序列策略优化")
+    required = ("蒸馏", "信任域", "TRPO", "策略梯度", "演员-评论家", "偏好对", "Bradley-Terry", "拒绝采样",
+                "Best-of-N", "过拟合", "断点续训", "分布式训练", "手撕代码", "二分", "牛顿迭代",
+                "注意力梯度推导", "离线强化学习", "优势函数", "重要性采样比率", "裁剪", "广义优势估计",
+                "价值函数", "评论家", "参考模型", "KL 散度", "奖励模型", "奖励黑客", "奖励过优化",
+                "组相对", "同策略", "异策略", "熵坍缩", "组序列策略优化")
     assert [t for t in required if t not in terms] == []
     by_zh = {term.zh: term for term in drill.GLOSSARY}
     assert by_zh["奖励模型"].lab[0] == "rlhf_lab.preferences.RewardModel"

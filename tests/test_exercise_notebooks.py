@@ -47,7 +47,8 @@ def test_committed_worksheet_is_clean_and_public(path):
     for heading in ("what you will learn", "prerequisites", "run time"):
         assert heading in first
     code = [c for c in nb.cells if c.cell_type == "code"]
-    assert all(not c.outputs and not c.execution_count for c in code), "worksheets are committed without outputs"
+    assert all(not c.outputs and not c.execution_count
+               for c in code), "worksheets are committed without outputs"
     assert not private_uses([c.source if c.cell_type == "code" else "" for c in nb.cells])
     text = "\n".join(c.source for c in nb.cells)
     for heading in ("你将学到", "前置知识", "运行时间"):  # the introduction in Chinese too

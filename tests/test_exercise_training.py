@@ -36,7 +36,8 @@ def test_reference_plugged_in_gives_the_package_history(name):
 
 def test_a_wrong_function_changes_the_run():
     mistake = next(m for m in exercises.mistakes("group_advantages") if m.name == "population_std")
-    assert not run("group_advantages", mistake.variant)["grad_norm"].equals(run("group_advantages", None)["grad_norm"])
+    assert not run(
+        "group_advantages", mistake.variant)["grad_norm"].equals(run("group_advantages", None)["grad_norm"])
 
 
 def test_plugging_checks_the_config():
@@ -48,8 +49,14 @@ def test_plugging_checks_the_config():
 
 
 def test_comparison_stacks_both_runs_and_plots(capsys):
-    runs = training.compare_with_reference("whiten", exercises.reference("whiten"), SETTINGS, model=tiny_model(),
-                                           tokenizer=TOK, reward_fn=count_ones)
+    runs = training.compare_with_reference(
+        "whiten",
+        exercises.reference("whiten"),
+        SETTINGS,
+        model=tiny_model(),
+        tokenizer=TOK,
+        reward_fn=count_ones,
+    )
     assert set(runs["run"]) == {"yours", "reference"} and len(runs) == 2 * (SETTINGS["steps"] + 1)
     assert set(runs["seed"]) == {0}
     # one short run per side: the comparison says plainly that it may not show a mistake
@@ -71,7 +78,7 @@ def test_comparison_over_seeds_shows_the_spread(capsys):
     table = training.spread_over_seeds(runs)
     assert list(table.index) == ["yours", "reference"] and table["reward_mean"].str.contains(r"\(n=2\)").all()
     finals = reference.groupby("seed")["reward_mean"].last()
-    assert table.loc["reference", "reward_mean"].startswith(f"{finals.mean():.3f} "
-                                                            f"+- {finals.std(ddof=1):.3f}")
+    expected = f"{finals.mean():.3f} +- {finals.std(ddof=1):.3f}"
+    assert table.loc["reference", "reward_mean"].startswith(expected)
     fig = training.plot_comparison(runs, algo="ppo")
     assert fig.axes[0].collections  # the band from the lowest to the highest seed

@@ -35,19 +35,61 @@ COMMON = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=96, num_hi
 
 # (id, transformers config class, kwargs): GQA everywhere, tied and untied, every family option.
 CASES = [
-    ("llama-gqa-tied", "LlamaConfig", dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)),
-    ("llama-bias-headdim-untied", "LlamaConfig",
-     dict(num_attention_heads=4, num_key_value_heads=1, head_dim=24, attention_bias=True, mlp_bias=True,
-          tie_word_embeddings=False, rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0})),
-    ("qwen2-gqa-tied", "Qwen2Config",
-     dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True, rope_theta=1e6)),
-    ("qwen2-untied", "Qwen2Config", dict(num_attention_heads=4, num_key_value_heads=1, tie_word_embeddings=False)),
-    ("qwen3-gqa-tied", "Qwen3Config",
-     dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32, tie_word_embeddings=True, rope_theta=1e6)),
-    ("qwen3-untied-yarn", "Qwen3Config",
-     dict(num_attention_heads=4, num_key_value_heads=1, head_dim=16, tie_word_embeddings=False,
-          rope_parameters={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
-                           "rope_theta": 10000.0})),
+    (
+        "llama-gqa-tied",
+        "LlamaConfig",
+        dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True),
+    ),
+    (
+        "llama-bias-headdim-untied",
+        "LlamaConfig",
+        dict(
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=24,
+            attention_bias=True,
+            mlp_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0},
+        ),
+    ),
+    (
+        "qwen2-gqa-tied",
+        "Qwen2Config",
+        dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True, rope_theta=1e6),
+    ),
+    (
+        "qwen2-untied",
+        "Qwen2Config",
+        dict(num_attention_heads=4, num_key_value_heads=1, tie_word_embeddings=False),
+    ),
+    (
+        "qwen3-gqa-tied",
+        "Qwen3Config",
+        dict(
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=32,
+            tie_word_embeddings=True,
+            rope_theta=1e6,
+        ),
+    ),
+    (
+        "qwen3-untied-yarn",
+        "Qwen3Config",
+        dict(
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=16,
+            tie_word_embeddings=False,
+            rope_parameters={
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 16,
+                "rope_theta": 10000.0,
+            },
+        ),
+    ),
 ]
 
 
@@ -134,7 +176,8 @@ def test_to_hf_round_trips(pair, tmp_path):
     # and through a saved folder: transformers' own loader reads what the lab wrote
     save_pretrained(lab, tmp_path / "ckpt")
     reloaded = from_pretrained(tmp_path / "ckpt")
-    auto = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt", attn_implementation="eager").float()
+    auto = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path / "ckpt", attn_implementation="eager").float()
     ids, mask, position_ids = padded_batch(3)
     with torch.no_grad():
         a = reloaded(ids, attention_mask=mask).logits
@@ -173,7 +216,8 @@ REFUSED = [
 
 @pytest.mark.parametrize("model_type,options,named", REFUSED, ids=[r[2] + "-" + r[0] for r in REFUSED])
 def test_unsupported_options_are_refused_by_name(model_type, options, named):
-    config = {"model_type": model_type, **COMMON, "num_attention_heads": 4, "num_key_value_heads": 2, **options}
+    config = {"model_type": model_type, **COMMON, "num_attention_heads": 4, "num_key_value_heads": 2,
+              **options}
     with pytest.raises((CheckpointError, ValueError), match=named):
         config_from_hf(config)
 

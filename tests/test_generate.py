@@ -23,7 +23,8 @@ PROMPTS = [[1, 5, 9, 13, 7], [1, 20], [1, 8, 8, 30, 31, 32, 33, 4, 12], [1, 44, 
 
 def test_greedy_identical_across_caches(model):
     config = SamplingConfig(do_sample=False, max_new_tokens=20)
-    outs = {kind: generate(model, PROMPTS, config, cache=kind) for kind in ("static", "dynamic", "paged", "none")}
+    outs = {kind: generate(model, PROMPTS, config, cache=kind)
+            for kind in ("static", "dynamic", "paged", "none")}
     reference = outs["none"]
     assert reference.completion_ids.shape[1] > 5
     for kind, out in outs.items():
@@ -65,13 +66,19 @@ def test_min_new_tokens_forbids_eos_early_as_transformers(model):
     eos = model.config.eos_token_id
     free = generate(model, PROMPTS * 8, SamplingConfig(temperature=3.0, max_new_tokens=8, seed=0))
     assert (free.completion_ids[:, :3] == eos).any()  # without the rule, EOS comes early somewhere
-    held = generate(model, PROMPTS * 8, SamplingConfig(temperature=3.0, max_new_tokens=8, min_new_tokens=3, seed=0))
+    held = generate(model, PROMPTS * 8, SamplingConfig(temperature=3.0, max_new_tokens=8, min_new_tokens=3,
+                                                       seed=0))
     assert not (held.completion_ids[:, :3] == eos).any() and (held.completion_ids == eos).any()
     config = SamplingConfig(do_sample=False, max_new_tokens=8, min_new_tokens=3)
     ours = generate(model, PROMPTS, config)
     with torch.no_grad():
-        theirs = to_hf(model).generate(input_ids=ours.prompt_ids, attention_mask=ours.prompt_mask, pad_token_id=0,
-                                       eos_token_id=eos, **config.hf_generate_kwargs())
+        theirs = to_hf(model).generate(
+            input_ids=ours.prompt_ids,
+            attention_mask=ours.prompt_mask,
+            pad_token_id=0,
+            eos_token_id=eos,
+            **config.hf_generate_kwargs(),
+        )
     generated = theirs[:, ours.prompt_ids.shape[1]:]
     assert torch.equal(generated[:, : ours.completion_ids.shape[1]], ours.completion_ids)
     with pytest.raises(ValueError, match="min_new_tokens must satisfy 0 <= min_new_tokens <= 8"):
@@ -93,7 +100,8 @@ def test_seeded_sampling_is_reproducible_and_logprobs_match_a_forward(model):
     with torch.no_grad():
         logits = model(out.sequences, attention_mask=out.attention_mask).logits.float()
     P = out.prompt_ids.shape[1]
-    logp = torch.log_softmax(logits[:, P - 1 : -1] / 0.8, dim=-1).gather(-1, out.completion_ids[..., None]).squeeze(-1)
+    logp = torch.log_softmax(logits[:, P - 1 : -1] / 0.8, dim=-1)
+    logp = logp.gather(-1, out.completion_ids[..., None]).squeeze(-1)
     m = out.completion_mask.bool()
     torch.testing.assert_close(out.logprobs[m], logp[m], atol=1e-5, rtol=1e-5)
 
@@ -105,9 +113,17 @@ def test_outputs_are_ordinary_tensors_a_training_step_can_use(model, cache):
     loss multiplies the log-probs by the completion mask, and the embedding keeps the token ids)."""
     config = SamplingConfig(do_sample=True, temperature=0.8, max_new_tokens=6, seed=3, return_logprobs=True)
     out = generate(model, PROMPTS, config, num_return_sequences=2, cache=cache)
-    fields = {"prompt_ids": out.prompt_ids, "prompt_mask": out.prompt_mask, "completion_ids": out.completion_ids,
-              "completion_mask": out.completion_mask, "finished": out.finished, "truncated": out.truncated,
-              "logprobs": out.logprobs, "sequences": out.sequences, "attention_mask": out.attention_mask}
+    fields = {
+        "prompt_ids": out.prompt_ids,
+        "prompt_mask": out.prompt_mask,
+        "completion_ids": out.completion_ids,
+        "completion_mask": out.completion_mask,
+        "finished": out.finished,
+        "truncated": out.truncated,
+        "logprobs": out.logprobs,
+        "sequences": out.sequences,
+        "attention_mask": out.attention_mask,
+    }
     assert [name for name, t in fields.items() if t.is_inference()] == []
     P = out.prompt_ids.shape[1]
     logits = model(out.sequences, attention_mask=out.attention_mask).logits.float()  # with gradients

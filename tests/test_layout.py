@@ -59,7 +59,8 @@ def upward_imports(root: Path = PACKAGE) -> list[str]:
         source = part_of(module_name(path, root))
         for line, target in imports_of(path, root):
             if target.split(".")[0] == "tools":
-                problems.append(f"{path.relative_to(root.parent)}:{line} imports the development tool {target}")
+                problems.append(f"{path.relative_to(root.parent)}:{line} imports the development tool "
+                                f"{target}")
             if not target.startswith("rlhf_lab.") or source == "__init__":
                 continue
             imported = part_of(target)

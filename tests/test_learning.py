@@ -34,4 +34,6 @@ def test_grpo_lifts_heldout_accuracy_from_the_shipped_checkpoint():
     model, tokenizer, _ = load_checkpoint("addition_rl_start")
     flipped = Trainer(config, model=model, tokenizer=tokenizer, algorithm=FlippedGRPO(config))
     worse = flipped.train()["eval_accuracy"].dropna().iloc[-1]
-    assert worse < before + 0.02, f"accuracy rose even with the advantage sign flipped: {before:.3f} -> {worse:.3f}"
+    assert worse < before + 0.02, (
+        f"accuracy rose even with the advantage sign flipped: {before:.3f} -> {worse:.3f}"
+    )

@@ -27,26 +27,62 @@ ATOL = 1e-5
 HF_CASES = {
     "mha": dict(num_attention_heads=4, num_key_value_heads=4),
     "gqa_kv1": dict(num_attention_heads=4, num_key_value_heads=1),
-    "gqa_kv2_theta": dict(num_attention_heads=4, num_key_value_heads=2, rope_parameters={"rope_type": "default", "rope_theta": 500.0}),
-    "linear": dict(num_key_value_heads=2, rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}),
-    "dynamic": dict(num_key_value_heads=2, max_position_embeddings=8,
-                    rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}),
-    "yarn": dict(num_key_value_heads=1, max_position_embeddings=32,
-                 rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
-                                  "original_max_position_embeddings": 8}),
-    "llama3_tied": dict(num_key_value_heads=2, tie_word_embeddings=True, max_position_embeddings=64,
-                        rope_parameters={"rope_type": "llama3", "factor": 8.0, "rope_theta": 10000.0,
-                                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                         "original_max_position_embeddings": 16}),
+    "gqa_kv2_theta": dict(
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rope_parameters={"rope_type": "default", "rope_theta": 500.0},
+    ),
+    "linear": dict(
+        num_key_value_heads=2, rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
+    ),
+    "dynamic": dict(
+        num_key_value_heads=2,
+        max_position_embeddings=8,
+        rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0},
+    ),
+    "yarn": dict(
+        num_key_value_heads=1,
+        max_position_embeddings=32,
+        rope_parameters={
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "rope_theta": 10000.0,
+            "original_max_position_embeddings": 8,
+        },
+    ),
+    "llama3_tied": dict(
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+        max_position_embeddings=64,
+        rope_parameters={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "rope_theta": 10000.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16,
+        },
+    ),
 }
 
 
 def make_hf(seed: int = 0, **overrides) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    kwargs = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                  rms_norm_eps=1e-6, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-                  initializer_range=0.2)  # large init so logits are far from uniform
+    kwargs = dict(
+        vocab_size=97,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        initializer_range=0.2,
+    )  # large init so logits are far from uniform
     kwargs.update(overrides)
     config = LlamaConfig(**kwargs)
     config._attn_implementation = "eager"
@@ -89,13 +125,15 @@ def test_gradients_equal_transformers(case):
     ids, mask = padded_batch(97, [12, 7, 12, 3])
     real = mask.bool()  # padding positions are never used (see above): the loss reads real ones only
     targets = torch.randint(3, 97, ids.shape, generator=torch.Generator().manual_seed(2))
-    torch.nn.functional.cross_entropy(hf(input_ids=ids, attention_mask=mask).logits[real], targets[real]).backward()
+    torch.nn.functional.cross_entropy(hf(input_ids=ids, attention_mask=mask).logits[real],
+                                      targets[real]).backward()
     torch.nn.functional.cross_entropy(lab(ids, attention_mask=mask).logits[real], targets[real]).backward()
     n, eps = int(real.sum()), torch.finfo(torch.float32).eps
     for name, param in lab.named_parameters():
         expected = hf.get_parameter(name).grad
         tolerance = 4 * n * eps * expected.abs().max().item()
-        torch.testing.assert_close(param.grad, expected, atol=tolerance, rtol=0, msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(param.grad, expected, atol=tolerance, rtol=0, msg=lambda m,
+                                   name=name: f"{name}: {m}")
 
 
 def test_dynamic_rope_beyond_max_length_matches_hf():
@@ -120,8 +158,16 @@ def test_to_hf_round_trip(case):
 
 
 def small_config(**kw) -> ModelConfig:
-    base = dict(vocab_size=59, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, initializer_range=0.2)
+    base = dict(
+        vocab_size=59,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        initializer_range=0.2,
+    )
     base.update(kw)
     return ModelConfig(**base)
 
@@ -136,8 +182,9 @@ def test_saved_folder_loads_in_transformers_with_equal_logits(tmp_path):
     ids, mask = padded_batch(59, [10, 4, 7])
     with torch.no_grad():
         ref = lab(ids, attention_mask=mask).logits
-        torch.testing.assert_close(hf(input_ids=ids, attention_mask=mask).logits[mask.bool()], ref[mask.bool()],
-                                   atol=ATOL, rtol=ATOL)
+        torch.testing.assert_close(
+            hf(input_ids=ids, attention_mask=mask).logits[mask.bool()], ref[mask.bool()], atol=ATOL, rtol=ATOL
+        )
         torch.testing.assert_close(again(ids, attention_mask=mask).logits, ref, atol=0, rtol=0)
 
 
@@ -162,8 +209,9 @@ def test_interleaved_rope_with_permuted_weights_equals_half_split():
         # and to_hf undoes the permutation for transformers
         inter.load_state_dict(state)
         hf = to_hf(inter)
-        torch.testing.assert_close(hf(input_ids=ids, attention_mask=mask).logits[mask.bool()], ref[mask.bool()],
-                                   atol=ATOL, rtol=ATOL)
+        torch.testing.assert_close(
+            hf(input_ids=ids, attention_mask=mask).logits[mask.bool()], ref[mask.bool()], atol=ATOL, rtol=ATOL
+        )
 
 
 @pytest.mark.parametrize("cache_cls", ["dynamic", "static"])
@@ -180,7 +228,9 @@ def test_prefill_then_cached_steps_equal_full_forward(cache_cls):
         step_logits = [model(ids, attention_mask=mask, cache=cache).logits[:, -1]]
         for t in range(3):
             step_logits.append(
-                model(extra[:, t : t + 1], attention_mask=full_mask[:, : ids.shape[1] + t + 1], cache=cache).logits[:, -1]
+                model(
+                    extra[:, t : t + 1], attention_mask=full_mask[:, : ids.shape[1] + t + 1], cache=cache
+                ).logits[:, -1]
             )
     for t, logits in enumerate(step_logits):
         torch.testing.assert_close(logits, full[:, ids.shape[1] - 1 + t], atol=1e-5, rtol=1e-5)
@@ -216,9 +266,10 @@ def test_value_head_zero_initialised_and_saved(tmp_path):
         ("value_head", dict(value_head=1)),
         # the whole rope_scaling dict is checked at construction, not first in LlamaModel(config)
         ("factor", dict(rope_scaling={"rope_type": "linear", "factor": 0.5})),
-        ("low_freq_factor", dict(rope_scaling={"rope_type": "llama3", "factor": 8.0, "high_freq_factor": 4.0})),
-        ("rope_theta", dict(rope_theta=500.0, rope_scaling={"rope_type": "linear", "factor": 2.0,
-                                                            "rope_theta": 10000.0})),
+        ("low_freq_factor", dict(rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                               "high_freq_factor": 4.0})),
+        ("rope_theta", dict(rope_theta=500.0,
+                            rope_scaling={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0})),
     ],
 )
 def test_invalid_config_names_the_field(field, kwargs):

@@ -39,18 +39,52 @@ transformers = pytest.importorskip("transformers")
 from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func  # noqa: E402
 
 VOCAB, HIDDEN, E, K = families.VOCAB, 64, 6, 2  # padded_batch draws ids below families.VOCAB
-COMMON = dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-              max_position_embeddings=64, rms_norm_eps=1e-6, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-              num_experts_per_tok=K, router_aux_loss_coef=0.01)
+COMMON = dict(
+    vocab_size=VOCAB,
+    hidden_size=HIDDEN,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    rms_norm_eps=1e-6,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+    num_experts_per_tok=K,
+    router_aux_loss_coef=0.01,
+)
 CASES = [
-    ("mixtral-tied", "MixtralConfig", dict(intermediate_size=48, num_local_experts=E, tie_word_embeddings=True)),
+    (
+        "mixtral-tied",
+        "MixtralConfig",
+        dict(intermediate_size=48, num_local_experts=E, tie_word_embeddings=True),
+    ),
     # Qwen3-MoE without renormalised top-k weights (transformers' default) and with (the released models')
-    ("qwen3_moe-untied", "Qwen3MoeConfig",
-     dict(intermediate_size=80, moe_intermediate_size=40, num_experts=E, norm_topk_prob=False, head_dim=32,
-          tie_word_embeddings=False, rope_theta=1e6)),
-    ("qwen3_moe-norm", "Qwen3MoeConfig",
-     dict(intermediate_size=80, moe_intermediate_size=40, num_experts=E, norm_topk_prob=True, head_dim=16,
-          tie_word_embeddings=True)),
+    (
+        "qwen3_moe-untied",
+        "Qwen3MoeConfig",
+        dict(
+            intermediate_size=80,
+            moe_intermediate_size=40,
+            num_experts=E,
+            norm_topk_prob=False,
+            head_dim=32,
+            tie_word_embeddings=False,
+            rope_theta=1e6,
+        ),
+    ),
+    (
+        "qwen3_moe-norm",
+        "Qwen3MoeConfig",
+        dict(
+            intermediate_size=80,
+            moe_intermediate_size=40,
+            num_experts=E,
+            norm_topk_prob=True,
+            head_dim=16,
+            tie_word_embeddings=True,
+        ),
+    ),
 ]
 
 
@@ -88,7 +122,8 @@ def test_config_maps_the_moe_options(pair):
     assert c.num_local_experts == E and c.num_experts_per_tok == K
     assert c.router_aux_loss_coef == h.router_aux_loss_coef
     assert c.norm_topk_prob == (True if c.model_type == "mixtral" else h.norm_topk_prob)
-    assert c.expert_intermediate_size == (h.intermediate_size if c.model_type == "mixtral" else h.moe_intermediate_size)
+    assert c.expert_intermediate_size == (h.intermediate_size if c.model_type == "mixtral"
+                                          else h.moe_intermediate_size)
     names = {n for n, _ in lab.named_parameters()}
     assert any("q_norm" in n for n in names) == (c.model_type == "qwen3_moe")
     assert "model.layers.0.mlp.gate.weight" in names and "model.layers.0.mlp.experts.gate_up_proj" in names
@@ -100,20 +135,27 @@ def test_logits_router_logits_and_aux_loss_match_transformers(pair):
     ids, mask = padded_batch()
     position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
-        expected = hf(input_ids=ids, attention_mask=mask, position_ids=position_ids, output_router_logits=True)
+        expected = hf(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                      output_router_logits=True)
         got = lab(ids, attention_mask=mask)
     real = mask.bool()
     atol, rtol = parity_tolerance(lab.config, expected.logits)
-    assert atol < 1e-3, "the tolerance must stay far below the effect of a real bug (a wrong expert moves logits by ~0.1)"
-    # Router logits are one dot product of length `hidden` deeper than half a layer: the same bound, on their scale.
+    assert atol < 1e-3, (
+        "the tolerance must stay far below the effect of a real bug (a wrong expert moves logits by ~0.1)"
+    )
+    # Router logits are one dot product of length `hidden` deeper than half a layer: the same bound, on their
+    # scale.
     router_scale = max(r.abs().max().item() for r in got.router_logits)
     assert_routing_margin([r[real] for r in got.router_logits], K, 10 * rtol)
     for ours, theirs in zip(got.router_logits, expected.router_logits):
         assert ours.dtype == torch.float32 and ours.shape == (3, 11, E)
-        torch.testing.assert_close(ours[real], theirs.view(3, 11, E)[real], atol=rtol * router_scale, rtol=rtol)
+        torch.testing.assert_close(ours[real], theirs.view(3, 11, E)[real], atol=rtol * router_scale,
+                                   rtol=rtol)
     torch.testing.assert_close(got.logits[real], expected.logits[real], atol=atol, rtol=rtol)
-    # transformers' aux_loss is the bare load-balancing loss over the non-padding tokens (its loss adds coef * it)
-    torch.testing.assert_close(got.aux_loss, lab.config.router_aux_loss_coef * expected.aux_loss, atol=0, rtol=rtol)
+    # transformers' aux_loss is the bare load-balancing loss over the non-padding tokens (its loss adds coef *
+    # it)
+    torch.testing.assert_close(got.aux_loss, lab.config.router_aux_loss_coef * expected.aux_loss, atol=0,
+                               rtol=rtol)
 
 
 def test_to_hf_from_hf_round_trip_and_saved_folder(pair, tmp_path):
@@ -127,7 +169,8 @@ def test_to_hf_from_hf_round_trip_and_saved_folder(pair, tmp_path):
     save_pretrained(lab, tmp_path / "ckpt")
     reloaded = from_pretrained(tmp_path / "ckpt")
     assert reloaded.config == lab.config
-    auto = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt", attn_implementation="eager").float()
+    auto = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path / "ckpt", attn_implementation="eager").float()
     assert type(auto) is type(hf)
     ids, mask = padded_batch(3)
     with torch.no_grad():
@@ -142,21 +185,40 @@ def test_cached_generation_equals_uncached_and_transformers(pair):
     hf, lab = pair
     ids, mask = padded_batch(4)
     steps = 8
-    runs = {kind: generate(lab, ids, SamplingConfig(do_sample=False, max_new_tokens=steps), attention_mask=mask,
-                           cache=kind, stop_at_eos=False).completion_ids for kind in ("none", "static", "dynamic", "paged")}
+    runs = {
+        kind: generate(
+            lab,
+            ids,
+            SamplingConfig(do_sample=False, max_new_tokens=steps),
+            attention_mask=mask,
+            cache=kind,
+            stop_at_eos=False,
+        ).completion_ids
+        for kind in ("none", "static", "dynamic", "paged")
+    }
     assert all(torch.equal(runs[kind], runs["none"]) for kind in ("static", "dynamic", "paged"))
     # Cached and uncached decoding round differently (other matmul shapes); equal routing needs decided top-k.
     full = torch.cat([ids, runs["static"]], 1)
     with torch.no_grad():
-        routing = lab(full, attention_mask=torch.cat([mask, torch.ones_like(runs["static"])], 1)).router_logits
+        routing = lab(full, attention_mask=torch.cat([mask, torch.ones_like(runs["static"])],
+                                                     1)).router_logits
     _, rtol = parity_tolerance(lab.config, routing[0])
     assert_routing_margin([r[:, ids.shape[1] - 4:] for r in routing], K, 10 * rtol)  # the shortest prompt on
     with torch.no_grad():
         theirs = hf.generate(input_ids=ids, attention_mask=mask, max_new_tokens=steps, min_new_tokens=steps,
                              do_sample=False, pad_token_id=0, eos_token_id=None)[:, ids.shape[1]:]
     assert torch.equal(runs["static"], theirs)
-    sampled = [generate(lab, ids, SamplingConfig(do_sample=True, temperature=1.0, max_new_tokens=steps, seed=3),
-                        attention_mask=mask, cache=kind, stop_at_eos=False).completion_ids for kind in ("none", "static")]
+    sampled = [
+        generate(
+            lab,
+            ids,
+            SamplingConfig(do_sample=True, temperature=1.0, max_new_tokens=steps, seed=3),
+            attention_mask=mask,
+            cache=kind,
+            stop_at_eos=False,
+        ).completion_ids
+        for kind in ("none", "static")
+    ]
     assert torch.equal(*sampled)
 
 
@@ -164,9 +226,18 @@ def test_cached_generation_equals_uncached_and_transformers(pair):
 
 def small_moe(seed: int = 0, model_type: str = "mixtral") -> LlamaModel:
     torch.manual_seed(seed)
-    config = ModelConfig(model_type=model_type, vocab_size=VOCAB, hidden_size=32, intermediate_size=24,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, num_local_experts=E,
-                         num_experts_per_tok=K, initializer_range=0.2)
+    config = ModelConfig(
+        model_type=model_type,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=24,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_local_experts=E,
+        num_experts_per_tok=K,
+        initializer_range=0.2,
+    )
     return LlamaModel(config).eval()
 
 
@@ -203,15 +274,25 @@ def test_load_balancing_loss_is_top_k_when_balanced():
 def test_router_z_loss_by_hand():
     # rows [0, 0] and [ln 3, 0]: logsumexp = ln 2 and ln 4; two layers, second with one padded row
     a = torch.tensor([[[0.0, 0.0], [math.log(3.0), 0.0]]])  # (1, 2, 2)
-    assert router_z_loss((a,)).item() == pytest.approx((math.log(2) ** 2 + math.log(4) ** 2) / 2, rel=4 * EPS32)
+    assert router_z_loss((a,)).item() == pytest.approx((math.log(2) ** 2 + math.log(4) ** 2) / 2,
+                                                       rel=4 * EPS32)
     mask = torch.tensor([[0, 1]])
     assert router_z_loss((a, a), mask).item() == pytest.approx(math.log(4) ** 2, rel=4 * EPS32)
 
 
 def test_aux_loss_in_the_output_is_both_coefficients_over_real_tokens():
-    config = ModelConfig(model_type="qwen3_moe", vocab_size=VOCAB, hidden_size=32, intermediate_size=32,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, num_local_experts=4,
-                         router_aux_loss_coef=0.02, router_z_loss_coef=0.003)
+    config = ModelConfig(
+        model_type="qwen3_moe",
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_local_experts=4,
+        router_aux_loss_coef=0.02,
+        router_z_loss_coef=0.003,
+    )
     model = LlamaModel(config).eval()
     ids, mask = padded_batch(5)
     with torch.no_grad():
@@ -220,8 +301,16 @@ def test_aux_loss_in_the_output_is_both_coefficients_over_real_tokens():
     z = router_z_loss(out.router_logits, mask)
     assert out.aux_loss.item() == pytest.approx(0.02 * lb.item() + 0.003 * z.item(), rel=8 * EPS32)
     assert moe_aux_loss(config, out.router_logits, mask).item() == out.aux_loss.item()
-    dense = LlamaModel(ModelConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=32, num_hidden_layers=1,
-                                   num_attention_heads=2, num_key_value_heads=1))(ids)
+    dense = LlamaModel(
+        ModelConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+        )
+    )(ids)
     assert dense.router_logits is None and dense.expert_indices is None and dense.aux_loss is None
 
 
@@ -235,18 +324,21 @@ def test_sft_loss_adds_the_router_losses_over_real_tokens():
     loss_mask[0, 4:], loss_mask[1, 4:6] = 1, 1
     with torch.no_grad():
         out = model(ids[:, :-1])
-        nll = torch.nn.functional.cross_entropy(out.logits.reshape(-1, VOCAB), ids[:, 1:].reshape(-1), reduction="none")
+        nll = torch.nn.functional.cross_entropy(out.logits.reshape(-1, VOCAB), ids[:, 1:].reshape(-1),
+                                                reduction="none")
         ce = (nll * loss_mask[:, 1:].reshape(-1)).sum() / loss_mask[:, 1:].sum()
         aux = moe_aux_loss(model.config, out.router_logits, ids[:, :-1] != model.config.pad_token_id)
         assert aux.item() != pytest.approx(out.aux_loss.item(), rel=1e-4)  # the padding is left out
-        assert completion_loss(model, ids, loss_mask).item() == pytest.approx((ce + aux).item(), rel=16 * EPS32)
+        assert completion_loss(
+            model, ids, loss_mask).item() == pytest.approx((ce + aux).item(), rel=16 * EPS32)
 
 
 # ---------------------------------------------------------------------------------- routing replay
 
 def naive_moe(block: SparseMoeBlock, x: torch.Tensor, expert_indices: torch.Tensor) -> torch.Tensor:
-    """The definition, token by token: y_n = sum_j w_nj * down_e(silu(gate_e(x_n)) * up_e(x_n)), e = indices[n, j],
-    w = the block's current softmax probabilities at those experts, renormalised. x (N, C) -> (N, C)."""
+    """The definition, token by token: y_n = sum_j w_nj * down_e(silu(gate_e(x_n)) * up_e(x_n)),
+    e = indices[n, j], w = the block's current softmax probabilities at those experts, renormalised.
+    x (N, C) -> (N, C)."""
     probs = torch.softmax(block.gate(x).float(), -1)
     I = block.experts.intermediate_size
     out = torch.zeros_like(x)
@@ -301,7 +393,8 @@ def test_after_an_update_replay_uses_the_old_experts_and_the_router_still_learns
     changed = sum(int((a != b).any(-1)[real].sum()) for a, b in zip(new.expert_indices, old.expert_indices))
     assert changed > 0, "the perturbation must flip some routing for the test to mean anything"
     captured = []
-    handle = model.model.layers[0].mlp.register_forward_hook(lambda m, inputs, output: captured.append(inputs[0]))
+    handle = model.model.layers[
+        0].mlp.register_forward_hook(lambda m, inputs, output: captured.append(inputs[0]))
     model.train()
     replayed = model(ids, attention_mask=mask, expert_indices=old.expert_indices)
     handle.remove()
@@ -346,7 +439,10 @@ BAD_CONFIGS = [
     (dict(model_type="mixtral", num_local_experts=4, norm_topk_prob=False), "norm_topk_prob"),
     (dict(model_type="mixtral", num_local_experts=4, moe_intermediate_size=8), "moe_intermediate_size"),
     (dict(model_type="qwen3_moe", num_local_experts=4, router_aux_loss_coef=-0.1), "router_aux_loss_coef"),
-    (dict(model_type="qwen3_moe", num_local_experts=4, router_z_loss_coef=float("nan")), "router_z_loss_coef"),
+    (
+        dict(model_type="qwen3_moe", num_local_experts=4, router_z_loss_coef=float("nan")),
+        "router_z_loss_coef",
+    ),
     (dict(model_type="qwen3_moe", num_local_experts=2.5), "num_local_experts"),
     (dict(model_type="mixtral_v2", num_local_experts=4), "model_type"),
 ]
@@ -385,8 +481,14 @@ REFUSED = [
 
 @pytest.mark.parametrize("model_type,options,named", REFUSED, ids=[r[2] for r in REFUSED])
 def test_unsupported_moe_options_are_refused_by_name(model_type, options, named):
-    config = {"model_type": model_type, **BASE, "num_local_experts": 4, "num_experts": 4, "moe_intermediate_size": 8,
-              **options}
+    config = {
+        "model_type": model_type,
+        **BASE,
+        "num_local_experts": 4,
+        "num_experts": 4,
+        "moe_intermediate_size": 8,
+        **options,
+    }
     with pytest.raises(CheckpointError, match=named):
         config_from_hf(config)
 
@@ -398,7 +500,16 @@ def test_released_config_keys_are_read():
                            "moe_intermediate_size": 8, "norm_topk_prob": True, "router_aux_loss_coef": 0.001})
     assert (qwen.num_local_experts, qwen.num_experts_per_tok, qwen.expert_intermediate_size) == (128, 8, 8)
     assert qwen.norm_topk_prob and qwen.qk_norm
-    mixtral = config_from_hf({"model_type": "mixtral", **BASE, "num_local_experts": 8, "num_experts_per_tok": 2,
-                              "sliding_window": None})
-    assert (mixtral.num_local_experts, mixtral.expert_intermediate_size, mixtral.norm_topk_prob) == (8, 16, True)
+    mixtral = config_from_hf(
+        {
+            "model_type": "mixtral",
+            **BASE,
+            "num_local_experts": 8,
+            "num_experts_per_tok": 2,
+            "sliding_window": None,
+        }
+    )
+    assert (
+        (mixtral.num_local_experts, mixtral.expert_intermediate_size, mixtral.norm_topk_prob) == (8, 16, True)
+    )
     assert not mixtral.qk_norm

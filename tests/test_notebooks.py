@@ -75,7 +75,8 @@ def fast_runs(request, tmp_path_factory, parallel_processes):
         copy = tmp_path_factory.mktemp(path.stem) / path.name
         copy.write_text(path.read_text())
         # timeout per cell: a stalled kernel fails fast
-        runs[path] = pool.submit(execute, copy, fast=True, timeout=300, write=False, env={"OMP_NUM_THREADS": "1"})
+        runs[path] = pool.submit(execute, copy, fast=True, timeout=300, write=False,
+                                 env={"OMP_NUM_THREADS": "1"})
     yield runs
     pool.shutdown(cancel_futures=True)
 
@@ -95,11 +96,15 @@ def test_execute_gives_the_kernel_its_settings_and_leaves_this_process_alone(tmp
     setting and restoring os.environ could start a kernel in the wrong mode)."""
     monkeypatch.delenv("RLHF_LAB_FAST", raising=False)
     monkeypatch.delenv("MPLBACKEND", raising=False)
-    code = "import os, torch; print(os.environ['RLHF_LAB_FAST'], os.environ['MPLBACKEND'], torch.get_num_threads())"
+    code = (
+        "import os, torch; print(os.environ['RLHF_LAB_FAST'], os.environ['MPLBACKEND'], "
+        "torch.get_num_threads())"
+    )
     path = tmp_path / "env.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)]), path)
     before = dict(os.environ)
-    for fast, env, expected in ((True, {"OMP_NUM_THREADS": "1"}, "1 module://matplotlib_inline.backend_inline 1"),
+    for fast, env, expected in ((True, {"OMP_NUM_THREADS": "1"},
+                                 "1 module://matplotlib_inline.backend_inline 1"),
                                 (False, {"MPLBACKEND": "agg"}, "0 agg")):
         nb, _ = execute(path, fast=fast, timeout=60, write=False, env=env)
         assert nb.cells[0].outputs[0]["text"].startswith(expected)
@@ -220,7 +225,8 @@ def private_uses(sources: list[str]) -> list[str]:
                 private_module = any(_is_private(part) for part in node.module.split("."))
                 names = [alias.name for alias in node.names if _is_private(alias.name)]
                 if private_module or names:
-                    found.append(f"{where}: from {node.module} import {', '.join(a.name for a in node.names)}")
+                    found.append(f"{where}: from {node.module} import "
+                                 f"{', '.join(a.name for a in node.names)}")
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     parts = alias.name.split(".")
@@ -229,13 +235,16 @@ def private_uses(sources: list[str]) -> list[str]:
             elif isinstance(node, ast.Assign | ast.AnnAssign):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 value = node.value
-                patches = isinstance(value, ast.Lambda) or (isinstance(value, ast.Name) and value.id in defined)
+                patches = isinstance(
+                    value, ast.Lambda) or (isinstance(value, ast.Name) and value.id in defined)
                 for target in targets:
                     if patches and isinstance(target, ast.Attribute):
-                        found.append(f"{where}: monkeypatch {ast.unparse(target)} = {ast.unparse(value)[:40]}")
+                        found.append(f"{where}: monkeypatch {ast.unparse(target)} = "
+                                     f"{ast.unparse(value)[:40]}")
             elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
-                  and len(node.args) == 3 and (isinstance(node.args[2], ast.Lambda)
-                                               or (isinstance(node.args[2], ast.Name) and node.args[2].id in defined))):
+                  and len(node.args) == 3
+                  and (isinstance(node.args[2], ast.Lambda)
+                       or (isinstance(node.args[2], ast.Name) and node.args[2].id in defined))):
                 found.append(f"{where}: monkeypatch {ast.unparse(node)[:60]}")
     return found
 
@@ -244,8 +253,10 @@ def test_private_use_scan_catches_what_it_should():
     sources = [
         "%matplotlib inline\n!ls\nimport torch\nfrom rlhf_lab.rl import Trainer",
         "rollout = trainer._collect_rollout()\nx = model.__class__\ny = obj.__dict__\nz = a.b.c",
-        "from rlhf_lab.rl.trainer import _helper, public\nfrom rlhf_lab._impl import thing\nimport rlhf_lab._impl",
-        "def my_loss(*args):\n    return 0\ntrainer.algorithm.loss = my_loss\ntrainer.reward_fn = lambda *a: 1.0",
+        "from rlhf_lab.rl.trainer import _helper, public\nfrom rlhf_lab._impl import thing\nimport "
+        "rlhf_lab._impl",
+        "def my_loss(*args):\n    return 0\ntrainer.algorithm.loss = my_loss\ntrainer.reward_fn = lambda "
+        "*a: 1.0",
         "config.learning_rate = 3e-3\nsetattr(trainer, 'reward_fn', my_loss)\nresult = my_loss()",
         "%%bash\necho obj._private",
         "%%time\nfrom os import _exit",

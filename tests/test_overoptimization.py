@@ -58,7 +58,8 @@ def test_pool_kl_with_repeats_is_below_the_formula():
     """Repeated completions tie on the score, and the KL falls below log n - (n-1)/n (an upper bound)."""
     scores = torch.tensor([0.0] * 50 + [1.0] * 30 + [2.0] * 20, dtype=torch.float64)
     n = 8
-    # Three outcomes with base masses q = (0.5, 0.3, 0.2) and CDF F = (0.5, 0.8, 1): best-of-n masses F^n - F_-^n
+    # Three outcomes with base masses q = (0.5, 0.3, 0.2) and CDF F = (0.5, 0.8, 1): best-of-n masses F^n -
+    # F_-^n
     q = np.array([0.5, 0.3, 0.2])
     F = np.cumsum(q)
     p = F ** n - np.concatenate([[0.0], F[:-1]]) ** n
@@ -158,7 +159,8 @@ def test_best_of_n_keeps_the_top_scored_sample(trainer):
     assert chosen == pool[0]  # same seed, same pool
     from rlhf_lab.preferences.overoptimization import best_of_n_pool
 
-    full = best_of_n_pool(trainer.policy, trainer.tokenizer, trainer.task, examples, scorer, scorer, 8, seed=3)
+    full = best_of_n_pool(trainer.policy, trainer.tokenizer, trainer.task, examples, scorer, scorer, 8,
+                          seed=3)
     for i, text in enumerate(chosen):
         assert scores[i] == full.proxy[i].max()
         assert len(text) == max(len(c) for c in full.completions[i])

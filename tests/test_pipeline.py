@@ -26,7 +26,8 @@ from rlhf_lab.sft import lab_model_config
 from rlhf_lab.text.tokenizer import CharTokenizer
 
 TOK = CharTokenizer()
-SMALL = dict(prompts_per_step=4, num_generations=4, eval_every=0, eval_examples=8, n_train=200, n_test=40, steps=2)
+SMALL = dict(prompts_per_step=4, num_generations=4, eval_every=0, eval_examples=8, n_train=200, n_test=40,
+             steps=2)
 
 
 def tiny_model() -> LlamaModel:
@@ -41,7 +42,8 @@ def count_ones(prompt, completion, reference, finished=True):
 
 def trainer_for(algo="grpo", **kwargs) -> Trainer:
     reward_fn = kwargs.pop("reward_fn", count_ones)
-    return Trainer(make_config(algo, **{**SMALL, **kwargs}), model=tiny_model(), tokenizer=TOK, reward_fn=reward_fn)
+    return Trainer(make_config(algo, **{**SMALL, **kwargs}), model=tiny_model(), tokenizer=TOK,
+                   reward_fn=reward_fn)
 
 
 def test_trainer_names_no_algorithm():
@@ -52,7 +54,8 @@ def test_trainer_names_no_algorithm():
     for name in ("dapo", "dr_grpo", "getattr(", "separate\""):
         assert name not in source, f"trainer.py mentions {name!r}"
     shared = {f.name for f in dataclasses.fields(RLConfig)}
-    specific = {f.name for algo in ALGORITHMS.values() for f in dataclasses.fields(algo.config_class)} - shared
+    specific = {f.name for algo in ALGORITHMS.values()
+                for f in dataclasses.fields(algo.config_class)} - shared
     assert specific, "the algorithms' configs should add fields of their own"
     for name in sorted(specific):  # read from the config: c.beta, config.beta (getattr is refused above)
         pattern = rf"\b(c|config|self\.config)\.{name}\b"
@@ -136,11 +139,18 @@ def test_encode_rollout_scores_given_text_like_the_sampler():
     trainer = trainer_for("grpo")
     sampled = trainer.collect_rollout()
     texts = [TOK.decode_until_eos(row)[0] for row in sampled.completion_ids.tolist()]
-    again = encode_rollout(TOK, [e.prompt for e in sampled.examples], texts, finished=sampled.finished.tolist())
+    again = encode_rollout(TOK, [e.prompt for e in sampled.examples], texts,
+                           finished=sampled.finished.tolist())
     # an untrained model also samples special tokens, which decoding drops: compare the rows that round-trip
     width = again.completion_ids.shape[1]
-    same = [i for i in range(len(texts)) if torch.equal(again.completion_ids[i] * again.completion_mask[i].long(),
-                                                         (sampled.completion_ids[i] * sampled.completion_mask[i].long())[:width])]
+    same = [
+        i
+        for i in range(len(texts))
+        if torch.equal(
+            again.completion_ids[i] * again.completion_mask[i].long(),
+            (sampled.completion_ids[i] * sampled.completion_mask[i].long())[:width],
+        )
+    ]
     assert len(same) >= 4, "too few completions round-trip through text to compare"
     rows = torch.tensor(same)
     with torch.no_grad():

@@ -50,8 +50,10 @@ def test_bradley_terry_loss_margin_centring_and_mean():
     assert centred.item() == pytest.approx(math.log(1 + math.exp(-1)) + 0.5, rel=8 * EPS32)
     # the mean over pairs; a swapped pair costs log(1 + e^1); a per-pair margin tensor is accepted
     batch = bradley_terry_loss(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0]))
-    assert batch.item() == pytest.approx((math.log(1 + math.exp(-1)) + math.log(1 + math.e)) / 2, rel=8 * EPS32)
-    per_pair = bradley_terry_loss(torch.tensor([1.0, 1.0]), torch.tensor([0.0, 0.0]), margin=torch.tensor([0.0, 1.0]))
+    assert batch.item() == pytest.approx((math.log(1 + math.exp(-1)) + math.log(1 + math.e)) / 2,
+                                         rel=8 * EPS32)
+    per_pair = bradley_terry_loss(torch.tensor([1.0, 1.0]), torch.tensor([0.0, 0.0]),
+                                  margin=torch.tensor([0.0, 1.0]))
     assert per_pair.item() == pytest.approx((math.log(1 + math.exp(-1)) + math.log(2)) / 2, rel=8 * EPS32)
     with pytest.raises(ValueError, match="same shape"):
         bradley_terry_loss(torch.zeros(2), torch.zeros(3))
@@ -83,7 +85,8 @@ def test_cohen_kappa_equals_sklearn_on_random_labels():
 
 
 def test_cohen_kappa_of_two_independent_flippers():
-    # spec: two raters flipping a balanced label with rate f agree beyond chance by 1 - 4 f (1 - f): 0.64 at f = 0.1
+    # spec: two raters flipping a balanced label with rate f agree beyond chance by 1 - 4 f (1 - f): 0.64 at f
+    # = 0.1
     rng = random.Random(1)
     truth = [rng.randrange(2) for _ in range(40000)]
     a = [t ^ (rng.random() < 0.1) for t in truth]
@@ -146,7 +149,8 @@ def test_preference_data_regenerate_byte_identically(tmp_path):
     assert first.read_bytes() == second.read_bytes()
     assert first.read_bytes() != other.read_bytes()
     pairs = read_preferences(first)
-    assert len(pairs) == 24 and all(p.chosen != p.rejected or p.chosen_finished != p.rejected_finished for p in pairs)
+    assert len(pairs) == 24 and all(p.chosen != p.rejected or p.chosen_finished != p.rejected_finished
+                                    for p in pairs)
     assert all(2 * sum(p.votes.values()) > len(p.votes) for p in pairs)  # chosen = the majority's pick
 
 
@@ -155,7 +159,8 @@ def test_shipped_preferences_are_consistent():
     assert {p.prompt for p in train}.isdisjoint(p.prompt for p in validation)
     for pair in train[:300]:
         assert pair.gold_chosen == gold_reward(pair.prompt, pair.chosen, pair.answer, pair.chosen_finished)
-        assert pair.gold_rejected == gold_reward(pair.prompt, pair.rejected, pair.answer, pair.rejected_finished)
+        assert pair.gold_rejected == gold_reward(pair.prompt, pair.rejected, pair.answer,
+                                                 pair.rejected_finished)
     gold = orient(train, "gold")
     assert all(p.gold_chosen > p.gold_rejected for p in gold)
     with pytest.raises(ValueError, match="split must be one of"):
@@ -190,7 +195,8 @@ def test_score_is_read_at_the_last_token_whatever_the_padding(reward_model):
     # a few hundred ulps of O(1) scores
     torch.testing.assert_close(batch, alone, rtol=0, atol=256 * EPS32 * (1 + float(alone.abs().max())))
     unfinished = reward_model.score(prompts, completions, [False, True, True])
-    assert unfinished[0] != batch[0] and unfinished[1:].tolist() == pytest.approx(batch[1:].tolist(), abs=1e-5)
+    assert unfinished[
+        0] != batch[0] and unfinished[1:].tolist() == pytest.approx(batch[1:].tolist(), abs=1e-5)
 
 
 def test_save_and_load_round_trip(tmp_path, reward_model):
@@ -268,7 +274,9 @@ def test_checkpoint_readme_lists_the_shipped_reward_models():
 
     rows = reward_models_table()
     assert rows.count("\n") >= 2  # the model and two ensemble members
-    assert rows in (CHECKPOINT_DIR / "README.md").read_text(), "regenerate the reward-model rows with reward_models_table()"
+    assert rows in (CHECKPOINT_DIR / "README.md").read_text(), (
+        "regenerate the reward-model rows with reward_models_table()"
+    )
 
 
 def test_datasheet_is_regenerated_from_the_shipped_files(tmp_path):
@@ -290,8 +298,17 @@ def test_loglik_readout_ranks_right_answers_from_the_frozen_sft_model(tmp_path):
     train = orient(load_preferences("train")[:800], "gold")
     validation = load_preferences("validation")
     right_vs_wrong = [p for p in validation if (p.chosen == p.answer) != (p.rejected == p.answer)]
-    config = RewardConfig(readout="last_token+loglik", train_trunk=False, label="gold", steps=20, batch_size=32,
-                          learning_rate=1e-2, warmup_steps=5, eval_every=0, seed=0)
+    config = RewardConfig(
+        readout="last_token+loglik",
+        train_trunk=False,
+        label="gold",
+        steps=20,
+        batch_size=32,
+        learning_rate=1e-2,
+        warmup_steps=5,
+        eval_every=0,
+        seed=0,
+    )
     trainer = RewardTrainer(config, train_pairs=train, eval_pairs=validation[:50])
     before = {name: p.detach().clone() for name, p in trainer.model.model.named_parameters()}
     trainer.train()
@@ -319,11 +336,17 @@ def test_train_trunk_true_unfreezes_a_model_a_frozen_run_trained_first():
                           eval_pairs=train[:8])
     probe.train()
     before = {name: p.detach().clone() for name, p in probe.model.model.named_parameters()}
-    fine_tune = RewardTrainer(RewardConfig(train_trunk=True, learning_rate=1e-3, **settings), model=probe.model,
-                              train_pairs=train, eval_pairs=train[:8])
+    fine_tune = RewardTrainer(
+        RewardConfig(train_trunk=True, learning_rate=1e-3, **settings),
+        model=probe.model,
+        train_pairs=train,
+        eval_pairs=train[:8],
+    )
     assert all(p.requires_grad for p in fine_tune.model.model.parameters())
     fine_tune.train()
-    changed = [name for name, p in fine_tune.model.model.named_parameters() if not torch.equal(p, before[name])]
+    changed = (
+        [name for name, p in fine_tune.model.model.named_parameters() if not torch.equal(p, before[name])]
+    )
     assert any(not name.startswith("value_head.") for name in changed), changed
 
 

@@ -180,8 +180,11 @@ def test_no_repeat_ngram_ignores_left_padding():
 def test_each_processor_matches_transformers(seed):
     scores, input_ids = random_case(seed)
     for t in (0.3, 0.7, 1.0, 1.9):
-        assert_same_filtering(apply_temperature(scores, t), TemperatureLogitsWarper(t)(input_ids, scores.clone()),
-                              f"temperature {t}")
+        assert_same_filtering(
+            apply_temperature(scores, t),
+            TemperatureLogitsWarper(t)(input_ids, scores.clone()),
+            f"temperature {t}",
+        )
     for keep in (1, 3):
         for k in (1, 2, 5, 17, VOCAB, VOCAB + 5):
             theirs = TopKLogitsWarper(k, min_tokens_to_keep=keep)(input_ids, scores.clone())
@@ -194,7 +197,8 @@ def test_each_processor_matches_transformers(seed):
             assert_same_filtering(apply_min_p(scores, m, keep), theirs, f"min_p {m} keep {keep}")
     for penalty in (0.5, 1.2, 2.0):
         theirs = RepetitionPenaltyLogitsProcessor(penalty)(input_ids, scores.clone())
-        assert_same_filtering(apply_repetition_penalty(scores, input_ids, penalty), theirs, f"penalty {penalty}")
+        assert_same_filtering(apply_repetition_penalty(scores, input_ids, penalty), theirs,
+                              f"penalty {penalty}")
     for n in (1, 2, 3, 4):
         theirs = NoRepeatNGramLogitsProcessor(n)(input_ids, scores.clone())
         ours = apply_no_repeat_ngram(scores, input_ids, n)
@@ -219,7 +223,8 @@ def test_repetition_penalty_mask_matches_generate_prompt_ignore_length():
     attention_mask = (torch.arange(input_ids.shape[1])[None, :] >= pad_lengths[:, None]).long()
     input_ids = input_ids.masked_fill(attention_mask == 0, 0)
     scores[:, 0] = 2.5  # make the pad id's logit visible to the penalty
-    theirs = RepetitionPenaltyLogitsProcessor(1.5, prompt_ignore_length=pad_lengths)(input_ids, scores.clone())
+    theirs = RepetitionPenaltyLogitsProcessor(
+        1.5, prompt_ignore_length=pad_lengths)(input_ids, scores.clone())
     ours = apply_repetition_penalty(scores, input_ids, 1.5, attention_mask=attention_mask)
     assert_same_filtering(ours, theirs, "masked repetition penalty")
     unmasked = apply_repetition_penalty(scores, input_ids, 1.5)
@@ -291,9 +296,16 @@ def test_chain_matches_hf_generate_scores():
     ]
     for config in configs:
         torch.manual_seed(1)
-        out = model.generate(prompt, attention_mask=prompt_mask, return_dict_in_generate=True, output_scores=True,
-                             output_logits=True, pad_token_id=0, eos_token_id=None,
-                             **config.hf_generate_kwargs())
+        out = model.generate(
+            prompt,
+            attention_mask=prompt_mask,
+            return_dict_in_generate=True,
+            output_scores=True,
+            output_logits=True,
+            pad_token_id=0,
+            eos_token_id=None,
+            **config.hf_generate_kwargs(),
+        )
         assert len(out.scores) == config.max_new_tokens
         for step, (logits, hf_scores) in enumerate(zip(out.logits, out.scores)):
             context = out.sequences[:, : prompt.shape[1] + step]
@@ -326,7 +338,9 @@ def test_sampling_logprobs_are_under_the_filtered_distribution():
     expected = F.log_softmax(processed, dim=-1).gather(1, tokens[:, None]).squeeze(1)
     torch.testing.assert_close(logprobs, expected, atol=1e-6, rtol=0)
     raw = F.log_softmax(scores, dim=-1).gather(1, tokens[:, None]).squeeze(1)
-    assert (logprobs - raw).abs().max() > 1e-3, "logprobs must come from the processed scores, not the raw ones"
+    assert (logprobs - raw).abs().max() > 1e-3, (
+        "logprobs must come from the processed scores, not the raw ones"
+    )
 
 
 def test_seeded_sampling_is_reproducible():
@@ -372,7 +386,8 @@ def test_explain_filters_reports_each_stage():
     torch.testing.assert_close(info["probs_final"], torch.tensor([0.0, 0.4, 0.0, 0.0, 0.6]))
     assert info["kept_by_stage"]["no_repeat_ngram"].tolist() == [True, True, True, False, True]
     assert info["probs_by_stage"]["top_p"].sum().item() == pytest.approx(1.0)
-    assert torch.equal(info["scores_final"], process_logits(probs.log()[None], torch.tensor([[3]]), config)[0])
+    assert torch.equal(
+        info["scores_final"], process_logits(probs.log()[None], torch.tensor([[3]]), config)[0])
 
 
 def test_explain_filters_batched_matches_process_logits():

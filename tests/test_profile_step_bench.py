@@ -16,7 +16,8 @@ SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "profile_step.py"
 GLIBC = sys.platform.startswith("linux") and (ctypes.util.find_library("c") or "").startswith("libc.so")
 
 # In a fresh process: optionally reserve 128 MB (more than the 64 MB the allocator tuning lets glibc keep: the
-# reserve must raise that limit, or freeing it would hand it back to the system), then allocate and touch 16 tensors of 2 MB (8,192 pages
+# reserve must raise that limit, or freeing it would hand it back to the system), then allocate and touch 16
+# tensors of 2 MB (8,192 pages
 # of 4 KiB) and print how many page faults that took.
 TOUCH = r"""
 import sys
@@ -40,8 +41,13 @@ def profile_step(bench_script):
 
 
 def touch_faults(mode: str) -> int:
-    out = subprocess.run([sys.executable, "-c", TOUCH, str(SCRIPT.parent), mode], capture_output=True, text=True,
-                         timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", TOUCH, str(SCRIPT.parent), mode],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return int(out.stdout.split()[-1])
 
 

@@ -35,12 +35,15 @@ def test_countdown_prompt_is_tinyzeros_and_parses():
     ("<think>x</think><answer>5 * 3 + 7</answer>", 1.0, 1.0),                            # any order
     ("<think>x</think><answer>7 / (1 / 3) + 1</answer>", 0.0, 1.0),                      # numbers not given
     ("<think>x</think><answer>3 * 5 + 7 = 22</answer>", 0.0, 1.0),                       # '=' is not allowed
-    ("<answer>3 * 5 + 7</answer>", 1.0, 0.0),                                            # no think: right, malformed
+    # no think: right, malformed
+    ("<answer>3 * 5 + 7</answer>", 1.0, 0.0),
     ("<think>x<answer>3 * 5 + 7</answer>", 1.0, 0.0),                                    # unclosed think
     ("<think><think>x</think></think><answer>3 * 5 + 7</answer>", 1.0, 0.0),             # nested think
     ("<think>x</think><answer><answer>3 * 5 + 7</answer></answer>", 0.0, 0.0),           # nested answer
-    ("<think>x</think><answer>1</answer><answer>3 * 5 + 7</answer>", 1.0, 0.0),          # two answers: the last
-    ("<think>x</think><answer>__import__('os')</answer>", 0.0, 1.0),                     # code is not an equation
+    # two answers: the last
+    ("<think>x</think><answer>1</answer><answer>3 * 5 + 7</answer>", 1.0, 0.0),
+    # code is not an equation
+    ("<think>x</think><answer>__import__('os')</answer>", 0.0, 1.0),
     ("<think>x</think><answer>7 ** 99999 + 3 - 5</answer>", 0.0, 1.0),                   # a power is refused
     ("<think>x</think><answer>7 / (5 - 5) + 3</answer>", 0.0, 1.0),                      # division by zero
     ("", 0.0, 0.0),                                                                      # empty

@@ -18,8 +18,18 @@ def rl_step(bench_script):
 
 def records(lengths):
     """Paired-step records as the worker prints them: steps 2, 3, ... (step 1 is the warm-up)."""
-    return [{"step": i + 2, "step_time": 0.1 + i / 1000, "cpu_time": 0.1, "rollout_time": 0.04, "update_time": 0.05,
-             "completion_len_mean": length, "reward": 0.5} for i, length in enumerate(lengths)]
+    return [
+        {
+            "step": i + 2,
+            "step_time": 0.1 + i / 1000,
+            "cpu_time": 0.1,
+            "rollout_time": 0.04,
+            "update_time": 0.05,
+            "completion_len_mean": length,
+            "reward": 0.5,
+        }
+        for i, length in enumerate(lengths)
+    ]
 
 
 def test_phases_cover_every_step_once_in_order(rl_step):
@@ -46,7 +56,8 @@ def test_derived_times_and_csv(rl_step, tmp_path):
     path = tmp_path / "steps.csv"
     rl_step.write_per_step({"before": runs, "after": runs}, path)
     rows = list(csv.DictReader(path.open()))
-    assert [(r["tree"], r["step"]) for r in rows] == [("before", "2"), ("before", "3"), ("after", "2"), ("after", "3")]
+    assert [(r["tree"], r["step"]) for r in rows] == [("before", "2"), ("before", "3"), ("after", "2"),
+                                                      ("after", "3")]
     assert float(rows[1]["completion_len_mean"]) == 4.0
 
 
@@ -77,5 +88,9 @@ def test_repeats_pool_in_partner_order_and_give_one_median_per_set(rl_step):
 
 def test_repeats_below_one_refused_by_name():
     script = Path(__file__).resolve().parents[1] / "bench" / "rl_step.py"
-    out = subprocess.run([sys.executable, str(script), "--paired", "2", "--repeats", "0"], capture_output=True, text=True)
-    assert out.returncode == 2 and "--repeats must be a whole number >= 1" in out.stderr and "got 0" in out.stderr
+    out = subprocess.run([sys.executable, str(script), "--paired", "2", "--repeats", "0"],
+                         capture_output=True, text=True)
+    assert (
+        out.returncode == 2 and "--repeats must be a whole number >= "
+                                "1" in out.stderr and "got 0" in out.stderr
+    )

@@ -48,18 +48,61 @@ INV_FREQ_CASES = {
     "dynamic_at_max": (32, 10000.0, {"rope_type": "dynamic", "factor": 2.0}, 128, None),
     "dynamic_beyond_max": (32, 10000.0, {"rope_type": "dynamic", "factor": 2.0}, 128, 1000),
     "dynamic_base_1e6": (64, 1e6, {"rope_type": "dynamic", "factor": 3.0}, 256, 2049),
-    "yarn": (64, 10000.0, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}, 2048,
-             None),
-    "yarn_mscale_betas": (64, 10000.0, {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
-                                        "mscale": 1.0, "mscale_all_dim": 0.707, "beta_fast": 16, "beta_slow": 2},
-                          163840, None),
-    "yarn_attention_factor_no_truncate": (32, 10000.0, {"rope_type": "yarn", "factor": 8.0, "attention_factor": 1.3,
-                                                        "original_max_position_embeddings": 256,
-                                                        "truncate": False}, 2048, None),
-    "yarn_factor_from_lengths": (64, 10000.0, {"rope_type": "yarn", "factor": None,
-                                               "original_max_position_embeddings": 512}, 2048, None),
-    "llama3": (128, 500000.0, {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}, 131072, None),
+    "yarn": (
+        64,
+        10000.0,
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512},
+        2048,
+        None,
+    ),
+    "yarn_mscale_betas": (
+        64,
+        10000.0,
+        {
+            "rope_type": "yarn",
+            "factor": 40.0,
+            "original_max_position_embeddings": 4096,
+            "mscale": 1.0,
+            "mscale_all_dim": 0.707,
+            "beta_fast": 16,
+            "beta_slow": 2,
+        },
+        163840,
+        None,
+    ),
+    "yarn_attention_factor_no_truncate": (
+        32,
+        10000.0,
+        {
+            "rope_type": "yarn",
+            "factor": 8.0,
+            "attention_factor": 1.3,
+            "original_max_position_embeddings": 256,
+            "truncate": False,
+        },
+        2048,
+        None,
+    ),
+    "yarn_factor_from_lengths": (
+        64,
+        10000.0,
+        {"rope_type": "yarn", "factor": None, "original_max_position_embeddings": 512},
+        2048,
+        None,
+    ),
+    "llama3": (
+        128,
+        500000.0,
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+        131072,
+        None,
+    ),
 }
 
 
@@ -182,7 +225,8 @@ def test_apply_rope_half_split_equals_transformers():
     # low precision in, same dtype out, rotated in float32 underneath
     q_bf16 = apply_rope(q.bfloat16(), cos, sin)
     assert q_bf16.dtype == torch.bfloat16
-    torch.testing.assert_close(q_bf16.float(), apply_rope(q.bfloat16().float(), cos, sin), atol=0.05, rtol=0.01)
+    torch.testing.assert_close(q_bf16.float(), apply_rope(q.bfloat16().float(), cos, sin), atol=0.05,
+                               rtol=0.01)
 
 
 def complex_reference(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
@@ -262,7 +306,8 @@ def test_score_depends_only_on_relative_position(interleaved):
     m = torch.arange(0, 500, 50)
     same_offset = relative_score(q, k, m, m - 3, interleaved=interleaved)
     assert same_offset.shape == (10,) and (same_offset - same_offset[0]).abs().max() < 1e-4
-    other_offsets = relative_score(q, k, torch.full((4,), 20), torch.tensor([16, 10, 0, 19]), interleaved=interleaved)
+    other_offsets = relative_score(q, k, torch.full((4,), 20), torch.tensor([16, 10, 0, 19]),
+                                   interleaved=interleaved)
     assert (other_offsets - same_offset[0]).abs().min() > 1e-3
 
 
@@ -315,11 +360,17 @@ INVALID = [
     ({"rope_type": "linear", "factor": 0.5}, "factor"),
     ({"rope_type": "dynamic", "factor": "2"}, "factor"),
     ({"rope_type": "yarn", "factor": 4.0, "attention_factor": -1.0}, "attention_factor"),
-    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 0}, "original_max_position_embeddings"),
+    (
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 0},
+        "original_max_position_embeddings",
+    ),
     ({"rope_type": "llama3", "factor": 8.0, "high_freq_factor": 4.0}, "low_freq_factor"),
     ({"rope_type": "yarn", "factor": 4.0, "beta_fast": "32"}, "beta_fast"),
     ({"rope_type": "yarn", "factor": 4.0, "truncate": 1}, "truncate"),
-    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0}, "high_freq_factor"),
+    (
+        {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0},
+        "high_freq_factor",
+    ),
     ({"rope_type": "linear", "factr": 2.0}, "factr"),
     ({"rope_type": "default", "factor": 2.0}, "factor"),
     ({"type": "linear", "rope_type": "yarn", "factor": 2.0}, "type"),

@@ -73,8 +73,15 @@ def test_update_stats_ratio_spread_and_sequence_clip_fraction():
     ratio = torch.tensor([[1.5, 0.9, 1.0], [1.0, 1.1, 7.0]])  # 7.0 sits on padding: not counted
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
     clipped = torch.tensor([[True, False, False], [False, False, True]])  # row 2's clip is on padding
-    info = LossInfo(policy_loss=0.0, ratio=ratio, token_ratio=ratio, sequence_ratio=torch.tensor([1.2, 0.95]),
-                    clipped_low=clipped, clipped_high=torch.zeros_like(clipped), old_logprobs=torch.zeros(2, 3))
+    info = LossInfo(
+        policy_loss=0.0,
+        ratio=ratio,
+        token_ratio=ratio,
+        sequence_ratio=torch.tensor([1.2, 0.95]),
+        clipped_low=clipped,
+        clipped_high=torch.zeros_like(clipped),
+        old_logprobs=torch.zeros(2, 3),
+    )
     minibatch = SimpleNamespace(completion_mask=mask, ref_logprobs=None)
     policy = SimpleNamespace(logprobs=torch.zeros(2, 3), entropy=torch.zeros(2, 3))
     stats = UpdateStats()
@@ -90,8 +97,17 @@ def test_update_stats_ratio_spread_and_sequence_clip_fraction():
 
 def test_only_an_moe_policy_gets_the_routing_monitor():
     assert any(isinstance(c, RoutingMonitor) for c in moe_trainer().callbacks)
-    dense = Trainer(make_config("grpo", prompts_per_step=2, num_generations=2, eval_every=0, n_train=50, n_test=10,
-                                eval_examples=5))
+    dense = Trainer(
+        make_config(
+            "grpo",
+            prompts_per_step=2,
+            num_generations=2,
+            eval_every=0,
+            n_train=50,
+            n_test=10,
+            eval_examples=5,
+        )
+    )
     assert not any(isinstance(c, RoutingMonitor) for c in dense.callbacks)
     row = dense.train_step()
     assert "routing_change" not in row and "aux_loss" not in row
@@ -110,7 +126,8 @@ def test_routing_replay_reproduces_old_routing_and_router_still_learns():
     trainer.update(rollout)  # 4 optimiser steps at a large learning rate: the router now picks differently
     free = policy_forward(trainer.policy, rollout)
     natural = routed_experts(free.router_logits, 2)
-    assert any(not torch.equal(o, n) for o, n in zip(old, natural)), "the update should have moved the routing"
+    assert any(not torch.equal(o, n) for o, n in zip(old,
+                                                     natural)), "the update should have moved the routing"
     replayed = trainer.policy_outputs(rollout)
     assert all(torch.equal(o, r) for o, r in zip(old, replayed.expert_indices))  # exactly pi_old's experts
     assert not torch.allclose(replayed.logprobs, free.logprobs)  # and that changes the log-probs
@@ -127,7 +144,8 @@ def test_replay_ratios_equal_the_dense_formula_when_routing_does_not_change():
         trainer.policy.model.norm.weight.mul_(1.5)
     replayed = trainer.policy_outputs(rollout)
     free = policy_forward(trainer.policy, rollout)
-    assert all(torch.equal(o, n) for o, n in zip(rollout.old_expert_indices, routed_experts(free.router_logits, 2)))
+    assert all(torch.equal(o, n) for o, n in zip(rollout.old_expert_indices,
+                                                 routed_experts(free.router_logits, 2)))
     _, info = trainer.algorithm.loss(rollout, replayed)
     dense = torch.exp(free.logprobs.detach() - rollout.old_logprobs)  # r_t = pi / pi_old
     mask = rollout.completion_mask.bool()
@@ -140,7 +158,8 @@ def test_moe_step_logs_routing_metrics_and_adds_the_aux_loss():
     history = trainer.train()
     last = history.iloc[-1]
     for column in ("routing_change", "expert_change", "routing_change_one_update", "routing_change_l0",
-                   "routing_change_l1", "expert_load_max", "aux_loss", "ratio_dev_std", "seq_clip_frac", "kl_old"):
+                   "routing_change_l1", "expert_load_max", "aux_loss", "ratio_dev_std", "seq_clip_frac",
+                   "kl_old"):
         assert math.isfinite(last[column]), column
     assert 0 <= last["routing_change"] <= 1 and 0 <= last["expert_change"] <= last["routing_change"]
     loads = [last[f"expert_load_l0_e{j}"] for j in range(4)]
@@ -154,7 +173,8 @@ def test_moe_step_logs_routing_metrics_and_adds_the_aux_loss():
 def test_dense_model_logs_ratio_spread_but_no_routing():
     from test_rl import tiny_model
 
-    trainer = Trainer(make_config("gspo", **SMALL), model=tiny_model(), tokenizer=TOK, reward_fn=length_reward)
+    trainer = Trainer(make_config("gspo", **SMALL), model=tiny_model(), tokenizer=TOK,
+                      reward_fn=length_reward)
     last = trainer.train().iloc[-1]
     assert math.isfinite(last["ratio_dev_std"]) and math.isfinite(last["seq_clip_frac"])
     assert "routing_change" not in trainer.history
@@ -197,7 +217,8 @@ def test_short_run_sweep_gives_one_row_per_setting(tmp_path):
     settings = {**SMALL, "init_checkpoint": str(tmp_path / "moe")}
     table = short_run_sweep([{"learning_rate": 1e-6}, {"learning_rate": 0.05}], settings, steps=1)
     assert list(table["learning_rate"]) == [1e-6, 0.05]
-    assert table["routing_change"].iloc[0] <= table["routing_change"].iloc[1]  # a 50 000x larger step moves more
+    # a 50 000x larger step moves more
+    assert table["routing_change"].iloc[0] <= table["routing_change"].iloc[1]
 
 
 def test_run_summary_and_mean_and_se():
@@ -215,7 +236,8 @@ def test_experiment_runs_every_method_with_steps_from_its_cpu_time(tmp_path):
     from rlhf_lab.runs.moe_experiment import moe_routing_experiment, stability_table
 
     save_pretrained(tiny_moe(), tmp_path / "moe", tokenizer=TOK)
-    settings = {**SMALL, "init_checkpoint": str(tmp_path / "moe"), "eval_every": 100}  # evaluate at the start and end
+    # evaluate at the start and end
+    settings = {**SMALL, "init_checkpoint": str(tmp_path / "moe"), "eval_every": 100}
     result = moe_routing_experiment(seeds=(0, 1), cpu_budget=0.1, settings=settings, calibration_steps=1)
     assert set(result.cpu_per_step) == {"GRPO", "GRPO + replay", "GSPO"}
     for method, cpu in result.cpu_per_step.items():

@@ -80,8 +80,12 @@ def reference(tmp_path_factory) -> pd.DataFrame:
 def launch(out: Path, plots: bool) -> subprocess.Popen:
     """A CLI run; with plots, its wrap-up (where a second Ctrl-C lands) lasts longer."""
     args = [a for a in RUN if a != "--no-plots"] if plots else RUN
-    return subprocess.Popen([sys.executable, "-m", "rlhf_lab", "train", "--algo", "grpo", *args, "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "rlhf_lab", "train", "--algo", "grpo", *args, "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120.0) -> None:
@@ -97,7 +101,8 @@ def resume_and_compare(out: Path, reference: pd.DataFrame, what: str) -> None:
     state = out / "resume" / "trainer_state.pt"
     saved = torch.load(state, weights_only=True)["rows"] if state.is_file() else []
     assert main(["train", "--resume", str(out), "--no-progress", "--threads", "1"]) == 0, what
-    wall_times = [float(text) for text in pd.read_csv(out / "history.csv", dtype=str)["wall_time"]]  # exact parse
+    # exact parse
+    wall_times = [float(text) for text in pd.read_csv(out / "history.csv", dtype=str)["wall_time"]]
     assert wall_times[: len(saved)] == [row["wall_time"] for row in saved], f"{what}: not continued"
     pd.testing.assert_frame_equal(comparable(out / "history.csv"), reference, obj=what)
     leftovers = [p.name for p in out.rglob(".*") if p.name != ".lock"]
@@ -165,15 +170,25 @@ def test_the_stop_message_is_written_after_the_signal_handlers_are_back(tmp_path
     monkeypatch.setattr(sys, "stderr", stderr)
     out = tmp_path / "run"
     assert main(["train", "--algo", "grpo", "--out", str(out)]) == 130
-    assert f"Stopped. The run keeps what it saved: python -m rlhf_lab train --resume {out}" in stderr.getvalue()
+    assert (
+        f"Stopped. The run keeps what it saved: python -m rlhf_lab train --resume {out}" in stderr.getvalue()
+    )
     assert handlers_seen and all(handler is before for handler in handlers_seen)
 
 
 def test_one_writer_per_folder_and_a_killed_writer_leaves_no_stale_lock(tmp_path, capsys):
     out = tmp_path / "shared"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from rlhf_lab.util.atomic import FolderLock; "
-                               "FolderLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(60)", str(out)],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from rlhf_lab.util.atomic import FolderLock; "
+            "FolderLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(60)",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(SystemExit) as exc:
@@ -259,14 +274,17 @@ def test_a_sigterm_stopped_sft_cli_run_resumes_to_the_uninterrupted_history(tmp_
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     state = out / "resume" / "addition_sft"
     end = time.monotonic() + 120
-    while saved_step(state / "trainer_state.json") < stop_after and process.poll() is None and time.monotonic() < end:
+    running = lambda: process.poll() is None and time.monotonic() < end  # noqa: E731
+    while saved_step(state / "trainer_state.json") < stop_after and running():
         time.sleep(0.005)
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=120)
     what = f"SIGTERM after step {stop_after}'s save (RLHF_LAB_FAULT_SEED={SEED}), exit {process.returncode}"
     print(what)
     assert process.returncode == 130, f"{what}: the run was not stopped\n{stderr[-2000:]}"
-    assert "Traceback" not in stderr and f"python -m rlhf_lab sft --resume {out}" in stdout + stderr, stderr[-2000:]
+    assert "Traceback" not in stderr and f"python -m rlhf_lab sft --resume {out}" in stdout + stderr, (
+        stderr[-2000:]
+    )
     assert (out / "run.json").is_file() and not (out / "addition_sft").exists()  # stopped, not finished
     saved = torch.load(state / "trainer_state.pt", weights_only=True)["rows"]
     assert 0 < saved[-1]["step"] < 60, what
@@ -275,16 +293,21 @@ def test_a_sigterm_stopped_sft_cli_run_resumes_to_the_uninterrupted_history(tmp_
     history = out / "addition_sft.history.csv"
     wall_times = [float(text) for text in pd.read_csv(history, dtype=str)["wall_time"]]  # exact parse
     assert wall_times[: len(saved)] == [row["wall_time"] for row in saved], f"{what}: not continued"
-    pd.testing.assert_frame_equal(comparable(history), comparable(reference / "addition_sft.history.csv"), obj=what)
+    pd.testing.assert_frame_equal(comparable(history), comparable(reference / "addition_sft.history.csv"),
+                                  obj=what)
     weights = [load_file(folder / "addition_sft" / "model.safetensors") for folder in (out, reference)]
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0]), f"{what}: other final weights"
     # Finished: the run's own files are gone, the checkpoint folder holds no run to resume.
-    assert sorted(p.name for p in out.iterdir()) == [".lock", "README.md", "addition_sft", "addition_sft.history.csv"]
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "README.md", "addition_sft",
+                                                     "addition_sft.history.csv"]
     capsys.readouterr()
     with pytest.raises(SystemExit) as exc:  # the finished checkpoint is not replaced without --overwrite
         main(["sft", *SFT_RUN, "--out", str(out)])
-    assert exc.value.code == 2 and "already holds the checkpoint(s) addition_sft; pass --overwrite" in capsys.readouterr().err
+    assert (
+        exc.value.code == 2 and "already holds the checkpoint(s) addition_sft; pass "
+                                "--overwrite" in capsys.readouterr().err
+    )
     (out / "notes.txt").write_text("mine")  # a folder of checkpoints takes another preset, not foreign files
     with pytest.raises(SystemExit) as exc:
         main(["sft", *SFT_RUN, "--preset", "addition_rl_start", "--out", str(out)])
@@ -300,7 +323,8 @@ def test_an_sft_run_refuses_a_folder_in_use_and_settings_a_resume_would_change(t
         assert sorted(p.name for p in out.iterdir()) == [".lock"]  # the refused run wrote nothing
     for args, message in ((["--resume", str(out), "--seed", "0"], "--seed cannot be combined with --resume"),
                           (["--resume", str(out)], "holds no run"),
-                          (["--preset", "addition_sft", "--set", "learnig_rate=1"], "did you mean 'learning_rate'"),
+                          (["--preset", "addition_sft", "--set", "learnig_rate=1"],
+                           "did you mean 'learning_rate'"),
                           ([], "sft needs --preset")):
         with pytest.raises(SystemExit) as exc:
             main(["sft", *args, "--out", str(tmp_path / "new")] if "--resume" not in args else ["sft", *args])
@@ -311,15 +335,19 @@ def test_an_sft_run_refuses_a_folder_in_use_and_settings_a_resume_would_change(t
 
 
 def tiny(algo: str, **overrides):
-    return make_config(algo, {"steps": 4, "prompts_per_step": 4, "eval_every": 2, "eval_examples": 10, "seed": 5},
-                       **overrides)
+    return make_config(
+        algo,
+        {"steps": 4, "prompts_per_step": 4, "eval_every": 2, "eval_examples": 10, "seed": 5},
+        **overrides,
+    )
 
 
 def drop_process_columns(history: pd.DataFrame) -> pd.DataFrame:
     return history.drop(columns=[c for c in PROCESS_COLUMNS if c in history.columns]).reset_index(drop=True)
 
 
-@pytest.mark.parametrize("algo, overrides", [("ppo", {"critic": "separate", "adaptive_kl": True, "target_kl": 0.01}),
+@pytest.mark.parametrize("algo, overrides", [("ppo", {"critic": "separate", "adaptive_kl": True,
+                                                      "target_kl": 0.01}),
                                              ("grpo", {"num_iterations": 2, "num_minibatches": 2})])
 def test_trainer_resume_continues_exactly(tmp_path, algo, overrides):
     """PPO with its own critic and an adaptive KL weight; GRPO off-policy (stored old log-probs,
@@ -385,8 +413,10 @@ def test_non_finite_weights_after_a_step_stop_training_and_keep_the_last_good_on
                     self.model.lm_head.weight.view(-1)[0] = float("nan")
             return row
 
-    trainer = Diverging(SFTConfig(steps=4, batch_size=8, eval_every=0, n_train=50, n_test=10, eval_examples=10),
-                        default_tokenizer())
+    trainer = Diverging(
+        SFTConfig(steps=4, batch_size=8, eval_every=0, n_train=50, n_test=10, eval_examples=10),
+        default_tokenizer(),
+    )
     trainer.train(steps=1)
     after_one = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     with pytest.warns(RuntimeWarning, match="non-finite weights"):
@@ -443,7 +473,8 @@ def test_a_corrupted_tensor_is_refused_at_load(tmp_path):
     assert (folder / "model.safetensors").stat().st_size == size
     with pytest.raises(CheckpointError, match="checksum"):
         from_pretrained(folder)
-    config = json.loads((folder / "config.json").read_text())  # a checkpoint without checksums (made elsewhere)
+    # a checkpoint without checksums (made elsewhere)
+    config = json.loads((folder / "config.json").read_text())
     del config["rlhf_lab"]["sha256"]
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="non-finite"):
@@ -512,11 +543,19 @@ def test_oversized_generations_are_refused_before_any_allocation(lab_model, monk
     monkeypatch.setattr(generate_module, "make_cache", no_allocation)
     prompts = ["123+456="] * 16
     with pytest.raises(ValueError, match="max_new_tokens must be <= 119"):  # 128 positions - 9 prompt tokens
-        generate(model, prompts, SamplingConfig(max_new_tokens=10**6), tokenizer=tokenizer, num_return_sequences=8)
+        generate(model, prompts, SamplingConfig(max_new_tokens=10**6), tokenizer=tokenizer,
+                 num_return_sequences=8)
     # A fixed-length run may pass 128 positions (said out loud), not the RAM.
-    with pytest.warns(UserWarning, match="past max_position_embeddings=128"), pytest.raises(ValueError, match="GiB"):
-        generate(model, prompts, SamplingConfig(max_new_tokens=10**9), tokenizer=tokenizer, num_return_sequences=8,
-                 stop_at_eos=False)
+    with pytest.warns(UserWarning, match="past max_position_embeddings=128"), \
+            pytest.raises(ValueError, match="GiB"):
+        generate(
+            model,
+            prompts,
+            SamplingConfig(max_new_tokens=10**9),
+            tokenizer=tokenizer,
+            num_return_sequences=8,
+            stop_at_eos=False,
+        )
     with pytest.raises(ValueError, match="outside the model's vocabulary"):
         generate(model, [[1, 5, 999]], SamplingConfig(max_new_tokens=2))
 
@@ -525,17 +564,21 @@ def test_oversized_rollouts_are_refused_at_construction(tmp_path, capsys):
     with pytest.raises(ValueError, match="max_completion_length must be <= "):
         Trainer(make_config("grpo", max_completion_length=10**6))
     with pytest.raises(SystemExit) as exc:
-        main(["train", "--algo", "grpo", "--set", "max_completion_length=1000000", "--out", str(tmp_path / "run")])
+        main(["train", "--algo", "grpo", "--set", "max_completion_length=1000000", "--out",
+              str(tmp_path / "run")])
     assert exc.value.code == 2 and "max_completion_length" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()  # a refused run leaves no folder behind
 
 
 @pytest.mark.parametrize("careless, message", [
-    (lambda: make_config("grpo", learnig_rate=1e-4), "unknown GRPOConfig field 'learnig_rate'; did you mean 'learning_rate'"),
+    (lambda: make_config("grpo", learnig_rate=1e-4),
+     "unknown GRPOConfig field 'learnig_rate'; did you mean 'learning_rate'"),
     (lambda: make_config("grpo", task_params=3), "task_params must be a dict"),
-    (lambda: make_config("grpo", eval_examples=10**6, n_test=20), r"eval_examples \(1000000\) must be <= n_test \(20\)"),
+    (lambda: make_config("grpo", eval_examples=10**6, n_test=20),
+     r"eval_examples \(1000000\) must be <= n_test \(20\)"),
     (lambda: SFTConfig(learning_rate=float("inf")), "learning_rate must be a number, got inf"),
-    (lambda: setattr(SamplingConfig(), "max_new_tokens", 0), "max_new_tokens must satisfy 1 <= max_new_tokens"),
+    (lambda: setattr(SamplingConfig(), "max_new_tokens", 0),
+     "max_new_tokens must satisfy 1 <= max_new_tokens"),
 ], ids=["unknown field", "task_params", "eval_examples", "sft lr inf", "assigned max_new_tokens"])
 def test_careless_settings_get_an_error_naming_the_field(careless, message):
     with pytest.raises(ValueError, match=message):
@@ -546,7 +589,8 @@ def test_careless_checkpoints_and_tokenizers_get_clear_errors(tmp_path, lab_mode
     model, tokenizer = lab_model
     folder = save_pretrained(model, tmp_path / "ckpt", tokenizer=tokenizer)
     config_text = (folder / "config.json").read_text()
-    for text, message in (("[1, 2]", "must hold a JSON object"), ('{"hidden_size": 64}', "lacks .*vocab_size")):
+    for text, message in (("[1, 2]", "must hold a JSON object"),
+                          ('{"hidden_size": 64}', "lacks .*vocab_size")):
         (folder / "config.json").write_text(text)
         with pytest.raises(CheckpointError, match=message):
             load_checkpoint(folder)
@@ -554,9 +598,11 @@ def test_careless_checkpoints_and_tokenizers_get_clear_errors(tmp_path, lab_mode
     (folder / "tokenizer.json").unlink()
     with pytest.raises(CheckpointError, match="no tokenizer.json"):
         load_checkpoint(folder)
-    assert load_checkpoint(folder, default_tokenizer=True)[1] is not None  # unless the caller asks for the default
+    # unless the caller asks for the default
+    assert load_checkpoint(folder, default_tokenizer=True)[1] is not None
     wide = type(tokenizer)("0123456789+=:;,abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-    with pytest.raises(ValueError, match=f"the tokenizer has {len(wide)} tokens but the model's vocab_size is"):
+    with pytest.raises(ValueError,
+                       match=f"the tokenizer has {len(wide)} tokens but the model's vocab_size is"):
         Trainer(tiny("grpo"), model=load_checkpoint("addition_rl_start")[0], tokenizer=wide)
 
 

@@ -110,7 +110,8 @@ def test_lora_checkpoint_is_merged(folder, tmp_path):
                 param.normal_(0, 0.5)  # a nonzero update, as after training
     rollout = trainer.collect_rollout()
     expected = policy_forward(trainer.policy, rollout).logprobs
-    save_pretrained(merged_model(trainer.policy), tmp_path / "merged", tokenizer=trainer.tokenizer)  # as Trainer.save
+    # as Trainer.save
+    save_pretrained(merged_model(trainer.policy), tmp_path / "merged", tokenizer=trainer.tokenizer)
     merged, _, _ = load_checkpoint(tmp_path / "merged")
     assert type(merged) is LlamaModel and not any("lora" in k for k in merged.state_dict())
     got = policy_forward(merged, rollout).logprobs
@@ -125,7 +126,8 @@ def test_gradient_checkpointing_gives_the_same_gradient(folder):
     plain = trainer_for(folder)
     rollout = plain.collect_rollout()
     # a random model earns no reward, so GRPO's advantages would be 0: give every token one
-    rollout.advantages = torch.randn(rollout.completion_mask.shape, generator=torch.Generator().manual_seed(0))
+    rollout.advantages = torch.randn(rollout.completion_mask.shape,
+                                     generator=torch.Generator().manual_seed(0))
     recomputed = trainer_for(folder, gradient_checkpointing=True)
     a = plain.loss_and_gradient(rollout).gradient
     b = recomputed.loss_and_gradient(rollout).gradient
@@ -149,7 +151,8 @@ def test_bf16_step_runs_on_the_cpu_with_fp32_logprobs(folder):
         out = policy_forward(trainer.policy, rollout)
     assert out.logprobs.dtype == torch.float32
     trainer.train()
-    assert math.isfinite(trainer.history["policy_loss"].iloc[-1]) and math.isfinite(trainer.history["grad_norm"].iloc[-1])
+    last = trainer.history.iloc[-1]
+    assert math.isfinite(last["policy_loss"]) and math.isfinite(last["grad_norm"])
     with pytest.raises(ValueError, match="bf16"):
         make_config("grpo", bf16="yes")
 
@@ -233,26 +236,55 @@ def test_moe_lora_estimate_counts_the_adapters_peft_adds(overrides):
 def test_memory_estimate_accounts_for_each_setting():
     config = known_config("Qwen3-0.6B")
     assert 590e6 < parameter_count(config) < 600e6  # "0.6B": 596 M with tied embeddings
-    full = estimate_training_memory(config, rollout_rows=64, prompt_len=128, completion_len=512, minibatch_rows=8)
+    full = estimate_training_memory(config, rollout_rows=64, prompt_len=128, completion_len=512,
+                                    minibatch_rows=8)
     assert full.optimizer == 2 * full.gradients == 2 * full.policy  # AdamW: two fp32 moments per weight
     lora = estimate_training_memory(config, 64, 128, 512, minibatch_rows=8, lora_r=16)
     assert lora.reference == 0 and lora.optimizer < full.optimizer / 20
-    checkpointed = estimate_training_memory(config, 64, 128, 512, minibatch_rows=8, gradient_checkpointing=True)
+    checkpointed = estimate_training_memory(config, 64, 128, 512, minibatch_rows=8,
+                                            gradient_checkpointing=True)
     assert checkpointed.activations < full.activations / 5
     assert full.total == sum(v for k, v in full.as_dict().items() if k != "total")
 
 
 def test_cli_trains_a_folder_on_countdown(folder, tmp_path, capsys):
-    code = main(["train", "--algo", "grpo", "--model", str(folder), "--task", "countdown", "--steps", "1",
-                 "--eval-every", "0", "--out", str(tmp_path / "run"), "--no-progress",
-                 "--set", "prompts_per_step=2", "--set", "num_generations=2", "--set", "max_completion_length=8",
-                 "--set", "n_train=20", "--set", "n_test=4", "--set", "eval_examples=2"])
+    code = main(
+        [
+            "train",
+            "--algo",
+            "grpo",
+            "--model",
+            str(folder),
+            "--task",
+            "countdown",
+            "--steps",
+            "1",
+            "--eval-every",
+            "0",
+            "--out",
+            str(tmp_path / "run"),
+            "--no-progress",
+            "--set",
+            "prompts_per_step=2",
+            "--set",
+            "num_generations=2",
+            "--set",
+            "max_completion_length=8",
+            "--set",
+            "n_train=20",
+            "--set",
+            "n_test=4",
+            "--set",
+            "eval_examples=2",
+        ]
+    )
     assert code == 0
     assert "grpo: held-out accuracy" in capsys.readouterr().out
     reloaded, tokenizer, meta = load_checkpoint(tmp_path / "run" / "checkpoint")
     assert reloaded.config.model_type == "qwen3" and isinstance(tokenizer, HFTokenizer) and meta["step"] == 1
     with pytest.raises(SystemExit):
-        main(["train", "--algo", "grpo", "--model", str(folder), "--init", "addition_rl_start", "--out", str(tmp_path)])
+        main(["train", "--algo", "grpo", "--model", str(folder), "--init", "addition_rl_start", "--out",
+              str(tmp_path)])
 
 
 def test_reward_parts_are_the_mean_of_each_named_reward_over_the_rollout(folder):

@@ -53,7 +53,10 @@ def _free_port() -> int:
 
 def test_make_lab_starts_jupyterlab():
     port = _free_port()
-    args = f"--no-browser --ServerApp.port={port} --ServerApp.ip=127.0.0.1 --IdentityProvider.token= --ServerApp.open_browser=False"
+    args = (
+        f"--no-browser --ServerApp.port={port} --ServerApp.ip=127.0.0.1 --IdentityProvider.token= "
+        "--ServerApp.open_browser=False"
+    )
     env_python = Path(sys.executable).parent
     proc = subprocess.Popen(
         ["make", "--no-print-directory", "lab", f"LAB_ARGS={args}", f"VENV={env_python.parent}"],

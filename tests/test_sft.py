@@ -47,7 +47,8 @@ def tiny_model(seed: int = 0) -> LlamaModel:
 
 
 def tiny_run(steps: int, seed: int = 0, learning_rate: float = 3e-3):
-    return train_sft(tiny_config(steps, seed, learning_rate), TOKENIZER, model=tiny_model(seed), progress=False)
+    return train_sft(tiny_config(steps, seed, learning_rate), TOKENIZER, model=tiny_model(seed),
+                     progress=False)
 
 
 def tiny_trainer(steps: int = 5, callbacks=(), **overrides) -> SFTTrainer:
@@ -105,13 +106,15 @@ def test_loss_mask_covers_completion_and_eos_only():
 def test_completion_loss_is_mean_cross_entropy_over_masked_targets():
     torch.manual_seed(0)
     model = LlamaModel(lab_model_config(TOKENIZER, **TINY))
-    examples = [Example(prompt="12+34=", answer="64", completion="64"), Example(prompt="5+5=", answer="01", completion="01")]
+    examples = [Example(
+        prompt="12+34=", answer="64", completion="64"), Example(prompt="5+5=", answer="01", completion="01")]
     ids, mask = encode_examples(TOKENIZER, examples)
     with torch.no_grad():
         loss = completion_loss(model, ids, mask)
         logprobs = F.log_softmax(model(ids).logits.float(), dim=-1)
     # Recompute by hand: the token at position t is predicted from position t-1.
-    terms = [-logprobs[row, t - 1, ids[row, t]] for row in range(len(ids)) for t in range(1, ids.shape[1]) if mask[row, t]]
+    terms = [-logprobs[row, t - 1, ids[row, t]] for row in range(len(ids)) for t in range(1, ids.shape[1])
+             if mask[row, t]]
     assert len(terms) == 3 + 3  # two completion digits + EOS per example
     assert loss.item() == pytest.approx(torch.stack(terms).mean().item(), rel=1e-5)
 
@@ -130,7 +133,8 @@ def reference_rl_lr(step: int, learning_rate: float, warmup_steps: int) -> float
 
 
 @pytest.mark.parametrize("learning_rate", [3e-3, 1e-3, 7e-4, 1e-5])
-@pytest.mark.parametrize("warmup_steps, total_steps", [(100, 2000), (10, 100), (0, 50), (5, 3), (7, 7), (3, 1)])
+@pytest.mark.parametrize("warmup_steps, "
+                         "total_steps", [(100, 2000), (10, 100), (0, 50), (5, 3), (7, 7), (3, 1)])
 def test_learning_rate_at_reproduces_the_old_schedules_bit_for_bit(learning_rate, warmup_steps, total_steps):
     for step in range(1, total_steps + warmup_steps + 20):
         sft = learning_rate_at(step, learning_rate, warmup_steps, total_steps, schedule="cosine")
@@ -207,11 +211,13 @@ def test_trainer_history_callbacks_and_step_zero():
     assert history["step"].tolist() == [0, 1, 2, 3, 4]
     assert list(history.columns[:8]) == ["step", "wall_time", "step_time", "loss", "eval_accuracy", "lr",
                                          "grad_norm", "tokens_per_s"]
-    assert history["eval_accuracy"].notna().tolist() == [True, False, True, False, True]  # 0, every 2, the last
+    # 0, every 2, the last
+    assert history["eval_accuracy"].notna().tolist() == [True, False, True, False, True]
     assert math.isnan(history["loss"].iloc[0]) and history["loss"].iloc[1:].gt(0).all()
     assert history["tokens_per_s"].iloc[1:].gt(0).all() and history["grad_norm"].iloc[1:].gt(0).all()
     # wall_time is training time: the sum of the step times, evaluations excluded
-    assert history["wall_time"].iloc[-1] == pytest.approx(history["step_time"].sum()) == pytest.approx(trainer.train_time)
+    assert history["wall_time"].iloc[-1] == pytest.approx(history["step_time"].sum())
+    assert history["wall_time"].iloc[-1] == pytest.approx(trainer.train_time)
     assert recorder.events == [("begin", 0), ("step", 1, None), ("step", 2, None), ("step", 3, None),
                                ("step", 4, None), ("end", 4, "steps")]
     assert trainer.stop_reason == "steps" and trainer.step == 4 and not trainer.model.training
@@ -382,7 +388,8 @@ def test_cli_sft_writes_a_loadable_checkpoint(tmp_path, capsys):
     model, tokenizer, meta = load_checkpoint(folder)
     assert meta["steps"] == 4 and meta["sft"]["learning_rate"] == 1e-3 and meta["sft"]["seed"] == 1
     assert meta["overrides"] == {"steps": 4, "learning_rate": 1e-3, "seed": 1}
-    assert meta["sft"]["eval_every"] == PRESETS["addition_rl_start"].sft.eval_every  # the rest is the preset's
+    # the rest is the preset's
+    assert meta["sft"]["eval_every"] == PRESETS["addition_rl_start"].sft.eval_every
     assert not meta["in_band"] and 0.0 <= meta["accuracy"] < 0.3  # 4 steps cannot learn addition
     assert meta["num_parameters"] == model.num_parameters()
     logits = model(torch.tensor([tokenizer.encode("123+456=", add_bos=True)])).logits

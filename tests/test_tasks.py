@@ -249,5 +249,8 @@ def test_invalid_settings_message_gives_the_allowed_values(build, message):
 
 def test_addition_names_match_the_registry():
     for name, (cls, _) in TASKS.items():
-        assert get_task(name).name == name, f"{cls.__name__} calls itself {get_task(name).name!r}, not {name!r}"
-    assert {"addition", "addition_cot", "addition_answer_first", "sort", "countdown", "word_problems"} == set(TASKS)
+        assert get_task(name).name == name, (
+            f"{cls.__name__} calls itself {get_task(name).name!r}, not {name!r}"
+        )
+    assert {"addition", "addition_cot", "addition_answer_first", "sort", "countdown",
+            "word_problems"} == set(TASKS)

@@ -61,7 +61,8 @@ def test_autotokenizer_adds_the_bos_like_the_lab(tmp_path):
     hf = AutoTokenizer.from_pretrained(tmp_path)
     for text in TEXTS:
         ids = tok.encode(text, add_bos=True)
-        assert ids == [tok.bos_token_id] + tok.encode(text)  # exactly one BOS: the post-processor is not applied
+        # exactly one BOS: the post-processor is not applied
+        assert ids == [tok.bos_token_id] + tok.encode(text)
         assert hf(text)["input_ids"] == ids, text
         assert tok.to_hf()(text)["input_ids"] == ids, text
         assert hf.decode(ids, skip_special_tokens=True) == text  # no clean-up of spaces before punctuation

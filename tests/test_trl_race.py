@@ -29,7 +29,9 @@ def test_trl_side_sees_the_labs_reward_and_tokens(trl_race):
     values = reward(prompts=prompts, completions=["unused"] * len(ids), completion_ids=ids,
                     answer=[e.answer for e in rollout.examples])
     assert values == rollout.rewards.tolist()  # same function on the same text: exactly equal
-    assert 0 < sum(values) < len(values), "a batch where every reward is equal cannot tell a wrong wrapper apart"
+    assert 0 < sum(values) < len(values), (
+        "a batch where every reward is equal cannot tell a wrong wrapper apart"
+    )
 
     prompt_ids = [trainer.tokenizer.encode(p, add_bos=True) for p in prompts]
     rebuilt = trl_race.rollout_from_ids(prompt_ids, ids, reward.last["rewards"], rollout.num_generations,
@@ -37,7 +39,8 @@ def test_trl_side_sees_the_labs_reward_and_tokens(trl_race):
     width = rebuilt.completion_ids.shape[1]
     assert torch.equal(rebuilt.completion_mask.bool(), mask[:, :width]) and not mask[:, width:].any()
     assert torch.equal(rebuilt.completion_ids[mask[:, :width]], rollout.completion_ids[mask])
-    assert torch.equal(rebuilt.input_ids[:, : rebuilt.prompt_width], rollout.input_ids[:, : rollout.prompt_width])
+    assert torch.equal(
+        rebuilt.input_ids[:, : rebuilt.prompt_width], rollout.input_ids[:, : rollout.prompt_width])
     assert torch.equal(rebuilt.finished, rollout.finished)
     trainer.algorithm.compute_advantages(rollout)
     trainer.algorithm.compute_advantages(rebuilt)

@@ -115,7 +115,8 @@ def execute(path: str | os.PathLike, fast: bool, timeout: int = 900, write: bool
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("notebooks", nargs="+")
     parser.add_argument("--fast", action="store_true", help="set RLHF_LAB_FAST=1 (the CI mode)")
     parser.add_argument("--check", action="store_true", help="execute without writing outputs back")

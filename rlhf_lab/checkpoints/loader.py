@@ -27,7 +27,8 @@ __all__ = ["CHECKPOINT_DIR", "CheckpointError", "checkpoint_folder", "load_check
 
 # data/checkpoints of the repository (notebooks and the CLI run from a clone, where it sits next to
 # the package). RLHF_LAB_CHECKPOINTS points somewhere else, e.g. for a pip-installed package.
-CHECKPOINT_DIR = Path(os.environ.get("RLHF_LAB_CHECKPOINTS", Path(__file__).resolve().parents[2] / "data" / "checkpoints"))
+CHECKPOINT_DIR = Path(os.environ.get("RLHF_LAB_CHECKPOINTS",
+                                     Path(__file__).resolve().parents[2] / "data" / "checkpoints"))
 
 
 def _available() -> list[str]:
@@ -53,7 +54,8 @@ def checkpoint_folder(name: str | os.PathLike) -> Path:
     )
 
 
-def load_checkpoint(name: str | os.PathLike, device: str | torch.device = "cpu", default_tokenizer: bool = False):
+def load_checkpoint(name: str | os.PathLike, device: str | torch.device = "cpu",
+                    default_tokenizer: bool = False):
     """Load a shipped checkpoint (by name) or any checkpoint folder.
 
     `device`: "cpu" (default), "cuda", "mps" or "auto". Returns (model, tokenizer, metadata): the

@@ -72,8 +72,9 @@ PRESETS: dict[str, CheckpointPreset] = {
     ),
     "addition_moe_rl_start": CheckpointPreset(
         name="addition_moe_rl_start",
-        description="MoE RL starting point for 3-digit reversed addition (Qwen3-MoE style, 8 experts, top-2): "
-                    "SFT stopped at ~50% accuracy",
+        description="MoE RL starting point for 3-digit reversed addition (Qwen3-MoE style, 8 experts, "
+                    "top-2): "
+        "SFT stopped at ~50% accuracy",
         # addition_rl_start's recipe on the MoE model; SFTTrainer adds the router's load-balancing loss.
         sft=SFTConfig(steps=2000, eval_every=10, eval_examples=200, stop_at_accuracy=0.45),
         model=dict(MOE_MODEL_SIZE),
@@ -179,7 +180,8 @@ def readme_table(out_dir: str | os.PathLike = CHECKPOINT_DIR) -> str:
         task = f"{meta['task']} ({', '.join(f'{k}={v}' for k, v in meta['task_params'].items())})"
         rows.append(
             f"| `{folder.name}` | {task} | {meta['num_parameters']:,} | {meta['steps']} | "
-            f"{meta.get('train_cpu_seconds', meta['train_seconds']):.0f} s | {meta['accuracy']:.1%} | {low:.0%} - {high:.0%} | {size_kb:.0f} KB |"
+            f"{meta.get('train_cpu_seconds', meta['train_seconds']):.0f} s | {meta['accuracy']:.1%} | "
+            f"{low:.0%} - {high:.0%} | {size_kb:.0f} KB |"
         )
     return "\n".join(rows)
 
@@ -195,7 +197,8 @@ def write_readme(out_dir: str | os.PathLike = CHECKPOINT_DIR) -> Path:
     table = f"{TABLE_BEGIN}\n{readme_table(out_dir)}\n{TABLE_END}"
     if path.is_file():
         text = path.read_text()
-        if text.count(TABLE_BEGIN) != 1 or text.count(TABLE_END) != 1 or text.index(TABLE_BEGIN) > text.index(TABLE_END):
+        one_each = text.count(TABLE_BEGIN) == 1 and text.count(TABLE_END) == 1
+        if not one_each or text.index(TABLE_BEGIN) > text.index(TABLE_END):
             raise ValueError(
                 f"{path} must hold the line {TABLE_BEGIN!r} and, after it, the line {TABLE_END!r} "
                 "(once each): the generated table goes between them"

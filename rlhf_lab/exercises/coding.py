@@ -249,7 +249,8 @@ _NEGATIVE = ("negative_not_rejected", "n < 0 has no square root: raise ValueErro
 BINARY_MISTAKES = (
     _mistake(_binary_forms, "unsafe_midpoint", "mid = (lo + hi) // 2 overflows a 32-bit int when lo + hi > "
              "2^31 - 1; write mid = lo + (hi - lo) // 2.",
-             "lo + hi 超过 2^31 − 1 时，mid = (lo + hi) // 2 会让 32 位整数溢出；写成 mid = lo + (hi − lo) // 2。",
+             "lo + hi 超过 2^31 − 1 时，mid = (lo + hi) // 2 会让 32 位整数溢出；写成 mid = lo + (hi − lo) "
+             "// 2。",
              raises=("OverflowError",)),
     _mistake(_binary_forms, "square_overflow", "mid * mid overflows a 32-bit int for mid > 46340; compare "
              "mid <= n // mid (mid >= 1) instead.",
@@ -268,7 +269,8 @@ BINARY_MISTAKES = (
              raises=("OperationBudgetExceeded",)),
     _mistake(_binary_forms, "float_sqrt", "int(math.sqrt(n)) goes through a 53-bit float: wrong for large n "
              "(e.g. n = (10^15 + 1)^2 - 1), and not what the interviewer asked.",
-             "`int(math.sqrt(n))` 经过了只有 53 位精度的浮点数：n 很大时会算错（例如 n = (10^15 + 1)^2 − 1），"
+             "`int(math.sqrt(n))` 经过了只有 53 位精度的浮点数：n 很大时会算错（例如 n = (10^15 + 1)^2 − 1）"
+             "，"
              "而且也不是面试官想考的。"),
     _mistake(_binary_forms, *_NEGATIVE),
 )
@@ -288,7 +290,8 @@ NEWTON_MISTAKES = (
     _mistake(_newton_forms, "until_unchanged", "stopping when x stops changing never ends for n = 3, 8, 15, "
              "... (n + 1 a square): the iterates alternate between two values. Stop as soon as the next "
              "iterate is not smaller (x <= n // x).",
-             "以“x 不再变化”作为停止条件，在 n = 3、8、15……（n + 1 是完全平方数）时永远停不下来：迭代值会在两个数"
+             "以“x 不再变化”作为停止条件，在 n = 3、8、15……（n + 1 是完全平方数）时永远停不下来："
+             "迭代值会在两个数"
              "之间来回跳。应当在下一个迭代值不再变小时立刻停止（x <= n // x）。",
              raises=("OperationBudgetExceeded",)),
     _mistake(_newton_forms, "float_newton", "Newton in floats (n / x) loses the last digits for large n; use "
@@ -308,7 +311,8 @@ def isqrt_cases(seed: int) -> list[Case]:
         return Case(f"n={value} (int32)", {"n": FixedWidthInt(value, 32)}, name_zh=f"n={value}（32 位整数）")
 
     def big(value, label):
-        return Case(f"n={label} (unbounded)", {"n": FixedWidthInt(value, None)}, name_zh=f"n={label}（不限位宽）")
+        return Case(f"n={label} (unbounded)", {"n": FixedWidthInt(value, None)},
+                    name_zh=f"n={label}（不限位宽）")
 
     cases = [int32(n) for n in range(0, 17)]
     cases += [int32(n) for n in (24, 25, 26, 99, 100, 46340**2 - 1, 46340**2, 46340**2 + 1)]
@@ -360,7 +364,8 @@ EXERCISES = [
         question_zh="用二分查找求整数平方根，并且不能溢出（LeetCode 69）。",
         explanation="Search for the largest x with x*x <= n. In a 32-bit language both lo + hi and mid * mid "
                     "overflow, so write the midpoint as lo + (hi - lo) // 2 and compare mid <= n // mid.",
-        explanation_zh="找满足 x*x <= n 的最大的 x。在 32 位整数的语言里，lo + hi 和 mid * mid 都会溢出，所以中点要写成 "
+        explanation_zh="找满足 x*x <= n 的最大的 x。在 32 位整数的语言里，lo + hi 和 mid * mid 都会溢出，"
+                       "所以中点要写成 "
                        "lo + (hi − lo) // 2，比较要写成 mid <= n // mid。",
         hints_zh=_ISQRT_HINTS_ZH,
     ),
@@ -393,7 +398,8 @@ EXERCISES = [
         explanation="Newton's iteration on x^2 - n, in integers, decreases from x_0 = n until it stops "
                     "decreasing; that is the answer. Each step is the midpoint of x and n // x, which can be "
                     "written without overflow too.",
-        explanation_zh="对 x² − n 做整数牛顿迭代，从 x_0 = n 开始单调减小，直到不再减小为止，这时的 x 就是答案。每一步"
+        explanation_zh="对 x² − n 做整数牛顿迭代，从 x_0 = n 开始单调减小，直到不再减小为止，这时的 x "
+                       "就是答案。每一步"
                        "都是 x 与 n // x 的中点，同样可以写成不会溢出的形式。",
         hints_zh=("从 x = n（≥ sqrt(n)）开始；每一步取 x 与 n // x 的中点。",
                   "手算一下 n = 3：3 → 2 → 1 → 2 → 1……应该在什么时候停？",

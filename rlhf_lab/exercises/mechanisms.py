@@ -101,7 +101,8 @@ FILTER_MISTAKES = (
     Mistake("top_p_drops_crossing_token", "top-p keeps the token whose probability CROSSES p (the smallest "
             "set with mass >= p): for probs [0.3, 0.1, 0.1, 0.5], p = 0.8 keeps {0.5, 0.3}. Remove a token "
             "only when the mass before it already reaches p.", _top_p_drops_crossing,
-            zh="top-p 要保留让累计概率越过 p 的那个词元（取累计概率 ≥ p 的最小集合）：概率为 [0.3, 0.1, 0.1, 0.5]、"
+            zh="top-p 要保留让累计概率越过 p 的那个词元（取累计概率 ≥ p 的最小集合）：概率为 [0.3, 0.1, "
+               "0.1, 0.5]、"
                "p = 0.8 时保留 {0.5, 0.3}。只有当排在它前面的累计概率已经达到 p，才删掉这个词元。"),
     Mistake("top_p_empties_nucleus", "`cumsum > p` also removes the token that crosses p, and when the "
             "most likely token alone has probability > p it removes EVERY token: the nucleus is empty "
@@ -109,7 +110,8 @@ FILTER_MISTAKES = (
             "before it reaches p (shift the mask right by one), which always keeps the top token.",
             _top_p_empties_nucleus,
             zh="`cumsum > p` 会把越过 p 的那个词元也删掉；当概率最高的词元单独就超过 p 时，所有词元都被删光，"
-               "核为空，得分全是 -inf，无法采样。只有排在前面的累计概率已达到 p 时才删掉一个词元（把删除掩码右移一位），"
+               "核为空，得分全是 -inf，无法采样。只有排在前面的累计概率已达到 p "
+               "时才删掉一个词元（把删除掩码右移一位），"
                "这样概率最高的词元总会保留。"),
     Mistake("filter_before_temperature", "temperature comes first: top-p's nucleus is computed on the "
             "TEMPERED distribution (HF's order: temperature -> top-k -> top-p).", _top_p_before_temperature,
@@ -164,7 +166,8 @@ PENALTY_MISTAKES = (
     Mistake("ignores_logit_sign", "dividing a NEGATIVE logit by the penalty raises it (-2 / 1.2 = -1.67): "
             "the seen token becomes MORE likely. Multiply negative logits, divide positive ones (HF's form).",
             _penalty_ignores_sign,
-            zh="负的得分除以惩罚系数反而变大（−2 / 1.2 = −1.67），出现过的词元更容易被选中。应当负数乘、正数除"
+            zh="负的得分除以惩罚系数反而变大（−2 / 1.2 = −1.67），出现过的词元更容易被选中。应当负数乘、"
+               "正数除"
                "（HF 的写法）。"),
     Mistake("penalised_per_occurrence", "each token id is penalised once, however many times it occurs "
             "(HF gathers the unique ids); counts are the frequency penalty, a different knob.",
@@ -249,10 +252,12 @@ ROPE_HALF_MISTAKES = (
     Mistake("interleaved_pairing", "HF's form pairs dim i with dim i + d/2 (rotate_half); pairing (2i, 2i+1) "
             "is Meta's interleaved convention. The two agree only after permuting q/k projection rows.",
             _half_split_with(pairing="interleaved", layout="repeat"),
-            zh="HF 的写法把第 i 维与第 i + d/2 维配对（`rotate_half`）；相邻的 (2i, 2i+1) 配对是 Meta 的交错写法。"
+            zh="HF 的写法把第 i 维与第 i + d/2 维配对（`rotate_half`）；相邻的 (2i, 2i+1) 配对是 Meta "
+               "的交错写法。"
                "两者只有在对 q、k 投影矩阵的行做置换之后才等价。"),
     Mistake("rotate_half_sign", "rotate_half(x) = cat(-x2, x1); cat(x2, -x1) rotates by -m*theta.",
-            _half_split_with(sign=-1.0), zh="`rotate_half(x) = cat(-x2, x1)`；写成 `cat(x2, -x1)` 就转成了 −mθ。"),
+            _half_split_with(sign=-1.0), zh="`rotate_half(x) = cat(-x2, x1)`；写成 `cat(x2, -x1)` 就转成了 "
+                                            "−mθ。"),
     Mistake("tables_repeat_interleaved", "with rotate_half the cos/sin tables are cat(freqs, freqs) "
             "(dim i and i + d/2 share theta_i), not repeat_interleave(freqs, 2).",
             _half_split_with(layout="repeat"),
@@ -341,7 +346,8 @@ DECODE_MISTAKES = (
             zh="先把新的键和值追加进缓存，再算注意力：新词元也要关注它自己。"),
     Mistake("causal_mask_on_decode", "one new query may see every cached key; a causal mask built as "
             "triu(ones(1, S), 1) hides all but the first.", _decode_variant(causal_mask=True),
-            zh="单个新查询可以看到缓存里所有的键；按 `triu(ones(1, S), 1)` 构造的因果掩码会把第一个以外的键全部遮住。"),
+            zh="单个新查询可以看到缓存里所有的键；按 `triu(ones(1, S), 1)` "
+               "构造的因果掩码会把第一个以外的键全部遮住。"),
 )
 
 
@@ -393,8 +399,8 @@ def _backward_variant(no_rowsum=False, no_scale=False, dv_untransposed=False, dk
 def backward_cases(seed: int) -> list[Case]:
     g = _generator(seed)
     cases = []
-    for i, (batch, heads, seq, dim, causal) in enumerate([(1, 1, 3, 4, False), (2, 2, 5, 8, False),
-                                                         (2, 1, 4, 4, True), (1, 3, 6, 8, True)]):
+    for i, (batch, heads, seq, dim, causal) in enumerate(
+        [(1, 1, 3, 4, False), (2, 2, 5, 8, False), (2, 1, 4, 4, True), (1, 3, 6, 8, True)]):
         cases.append(Case(f"random {i}: seq {seq}, d {dim}, causal {causal}", {
             **{name: torch.randn(batch, heads, seq, dim, generator=g)
                for name in ("q", "k", "v", "grad_out")},
@@ -405,14 +411,15 @@ def backward_cases(seed: int) -> list[Case]:
 BACKWARD_MISTAKES = (
     Mistake("softmax_jacobian_rowsum_missing", "the softmax Jacobian is diag(P) - P P^T per row: "
             "dS = P * (dP - rowsum(dP * P)), not P * dP.", _backward_variant(no_rowsum=True),
-            zh="softmax 的雅可比矩阵每一行是 diag(P) − P Pᵀ：dS = P ∘ (dP − rowsum(dP ∘ P))，而不是 P ∘ dP。"),
+            zh="softmax 的雅可比矩阵每一行是 diag(P) − P Pᵀ："
+               "dS = P ∘ (dP − rowsum(dP ∘ P))，而不是 P ∘ dP。"),
     Mistake("missing_scale", "S = Q K^T / sqrt(d), so dQ and dK carry the 1/sqrt(d) too.",
             _backward_variant(no_scale=True), zh="S = Q Kᵀ / sqrt(d)，所以 dQ 和 dK 也要带上 1/sqrt(d)。"),
     Mistake("dv_not_transposed", "O = P V, so dV = P^T dO (shape check: (S x T)(T x d)).",
             _backward_variant(dv_untransposed=True), zh="O = P V，所以 dV = Pᵀ dO（核对形状：(S×T)(T×d)）。"),
     Mistake("dk_not_transposed", "S = Q K^T, so dK = dS^T Q / sqrt(d), not dS Q / sqrt(d).",
-            _backward_variant(dk_untransposed=True), zh="S = Q Kᵀ，所以 dK = dSᵀ Q / sqrt(d)，不是 dS Q / "
-                                                        "sqrt(d)。"),
+            _backward_variant(dk_untransposed=True),
+            zh="S = Q Kᵀ，所以 dK = dSᵀ Q / sqrt(d)，不是 dS Q / sqrt(d)。"),
 )
 
 
@@ -420,7 +427,8 @@ EXERCISES = [
     Exercise(
         name="filter_logits", title="temperature + top-k + top-p filtering", topic="sampling",
         difficulty="medium", minutes=15,
-        signature='''def filter_logits(scores: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+        signature='''def filter_logits(scores: torch.Tensor, temperature: float, top_k: int,
+                  top_p: float) -> torch.Tensor:
     """Temperature, then top-k, then top-p, as HF's generate(). scores: (batch, vocab) -> (batch, vocab);
     removed tokens get -inf, kept ones keep their (tempered) score.
 
@@ -439,7 +447,8 @@ EXERCISES = [
         explanation="Temperature rescales the logits; top-k keeps the k best scores; top-p keeps the "
                     "smallest set of most likely tokens whose mass reaches p, including the token that "
                     "crosses p.",
-        explanation_zh="温度对得分做缩放；top-k 保留得分最高的 k 个；top-p 保留累计概率达到 p 的最小高概率词元集合，"
+        explanation_zh="温度对得分做缩放；top-k 保留得分最高的 k 个；top-p 保留累计概率达到 p "
+                       "的最小高概率词元集合，"
                        "包括让累计概率越过 p 的那个词元。",
         hints_zh=("升序排序后对 softmax 求累计和：当包含它自己在内的累计概率 ≤ 1 − p 时删掉这个词元。",
                   "`torch.topk(scores, k).values[..., -1:]` 就是第 k 大的得分。",
@@ -448,7 +457,8 @@ EXERCISES = [
     Exercise(
         name="repetition_penalty", title="repetition penalty (sign-aware)", topic="sampling",
         difficulty="easy", minutes=10,
-        signature='''def repetition_penalty(scores: torch.Tensor, input_ids: torch.Tensor, penalty: float) -> torch.Tensor:
+        signature='''def repetition_penalty(scores: torch.Tensor, input_ids: torch.Tensor,
+                       penalty: float) -> torch.Tensor:
     """Penalise every token id present in input_ids (batch, seq); scores (batch, vocab) -> (batch, vocab).
 
     For a seen id: a positive logit is divided by the penalty, a negative one multiplied by it, once per
@@ -463,14 +473,16 @@ EXERCISES = [
         question_zh="重复惩罚遇到负的得分怎么处理？",
         explanation="A seen token should become less likely whatever the sign of its logit, so positive "
                     "logits are divided and negative ones multiplied by the penalty.",
-        explanation_zh="不管得分是正是负，出现过的词元都应当变得更不可能：正得分除以惩罚系数，负得分乘以惩罚系数。",
+        explanation_zh="不管得分是正是负，出现过的词元都应当变得更不可能：正得分除以惩罚系数，"
+                       "负得分乘以惩罚系数。",
         hints_zh=("`torch.gather(scores, 1, input_ids)` 读出出现过的词元的得分，再用 scatter 写回去。",
                   "−2 / 1.2 会让这个词元的概率怎么变？"),
     ),
     Exercise(
         name="rope_half_split", title="RoPE, rotate-half form (HF / GPT-NeoX)", topic="attention",
         difficulty="medium", minutes=15,
-        signature='''def rope_half_split(x: torch.Tensor, position_ids: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+        signature='''def rope_half_split(x: torch.Tensor, position_ids: torch.Tensor,
+                    base: float = 10000.0) -> torch.Tensor:
     """Rotary position embedding, HF's layout. x: (batch, heads, seq, d); position_ids: (batch, seq) int.
     Returns x rotated, same shape. Compute the angles in float32.
 
@@ -490,7 +502,8 @@ EXERCISES = [
         question_zh="按 Hugging Face 的写法实现旋转位置编码（RoPE）。",
         explanation="Each pair of dimensions is rotated by an angle proportional to the position; HF pairs "
                     "dimension i with i + d/2 and writes the rotation with rotate_half.",
-        explanation_zh="每一对维度按与位置成正比的角度旋转；HF 把第 i 维与第 i + d/2 维配成一对，用 `rotate_half` 写出旋转。",
+        explanation_zh="每一对维度按与位置成正比的角度旋转；HF 把第 i 维与第 i + d/2 维配成一对，用 "
+                       "`rotate_half` 写出旋转。",
         hints_zh=("`torch.arange(0, d, 2).float() / d` 就是各个指数 2i/d。",
                   "第 i 维和第 i + d/2 维是一对，共用角度 θ_i。",
                   "cos/sin 需要一个头的维度：`[:, None]`。"),
@@ -498,7 +511,8 @@ EXERCISES = [
     Exercise(
         name="rope_complex", title="RoPE, complex form (Meta's llama)", topic="attention",
         difficulty="medium", minutes=15,
-        signature='''def rope_complex(x: torch.Tensor, position_ids: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+        signature='''def rope_complex(x: torch.Tensor, position_ids: torch.Tensor,
+                 base: float = 10000.0) -> torch.Tensor:
     """Rotary position embedding, Meta's layout: dims (2i, 2i+1) form the complex number x_2i + i x_2i+1,
     multiplied by e^{i * position * theta_i}, theta_i = base^(-2i/d). x: (batch, heads, seq, d);
     position_ids: (batch, seq) int. Returns float32 of x's shape.
@@ -515,7 +529,8 @@ EXERCISES = [
         question_zh="按 Meta llama 的写法实现旋转位置编码（复数形式）。",
         explanation="The same rotation written with complex numbers: adjacent dimensions (2i, 2i+1) form one "
                     "complex number, multiplied by a unit complex number of angle m theta_i.",
-        explanation_zh="同一个旋转，用复数来写：相邻的两维 (2i, 2i+1) 组成一个复数，乘以角度为 m·θ_i 的单位复数。",
+        explanation_zh="同一个旋转，用复数来写：相邻的两维 (2i, 2i+1) 组成一个复数，乘以角度为 m·θ_i "
+                       "的单位复数。",
         hints_zh=("先 `x.float().unflatten(-1, (-1, 2))`，再 `torch.view_as_complex`。",
                   "`torch.polar(torch.ones_like(angles), angles)` 就是 e^{i·angle}。",
                   "`torch.view_as_real(z).flatten(-2)` 把每一对放回原位。"),
@@ -547,7 +562,8 @@ EXERCISES = [
         explanation="The new token's key and value are appended to the cache, and its single query attends "
                     "to every cached position; with grouped-query attention several query heads share one kv "
                     "head.",
-        explanation_zh="新词元的键和值先追加进缓存，它唯一的查询再对缓存里的所有位置做注意力；用分组查询注意力（GQA）时，"
+        explanation_zh="新词元的键和值先追加进缓存，它唯一的查询再对缓存里的所有位置做注意力；"
+                       "用分组查询注意力（GQA）时，"
                        "几个查询头共用一个键值头。",
         hints_zh=("沿第 2 维（序列维）做 `torch.cat`。",
                   "`k.repeat_interleave(H // K, dim=1)` 让每个查询头都拿到自己的键值头。",

@@ -84,7 +84,8 @@ KAPPA_MISTAKES = (
     Mistake("chance_fixed_half", "p_e = 0.5, i.e. kappa = 2 p_o - 1, holds only for two labels that each "
             "annotator uses exactly half of the time; with skewed labels, or more than two, compute "
             "p_e = sum_k p_A(k) p_B(k) from the labels.", _chance_fixed_half,
-            zh="p_e = 0.5（即 kappa = 2 p_o − 1）只在两类标签、且每位标注员恰好各用一半时才成立；标签分布不均衡或"
+            zh="p_e = 0.5（即 kappa = 2 p_o − 1）只在两类标签、且每位标注员恰好各用一半时才成立；"
+               "标签分布不均衡或"
                "多于两类时，要从标注结果算出 p_e = Σ_k p_A(k) p_B(k)。"),
 )
 
@@ -106,11 +107,12 @@ def kappa_cases(seed: int) -> list[Case]:
     cases = spec_cases([
         ("known value: f = 0.1 flips -> 0.64", {"labels_a": a064, "labels_b": b064}, 0.64,
          "已知值：翻转率 f = 0.1 → 0.64"),
-        ("p_o 0.75, p_e 0.5", {"labels_a": [1, 1, 0, 0], "labels_b": [1, 0, 0, 0]}, 0.5, "p_o = 0.75，p_e = "
-                                                                                         "0.5"),
+        ("p_o 0.75, p_e 0.5", {"labels_a": [1, 1, 0, 0], "labels_b": [1, 0, 0, 0]}, 0.5,
+         "p_o = 0.75，p_e = 0.5"),
         ("perfect", {"labels_a": [0, 1, 2, 1], "labels_b": [0, 1, 2, 1]}, 1.0, "完全一致"),
         ("always disagree", {"labels_a": [0, 1, 0, 1], "labels_b": [1, 0, 1, 0]}, -1.0, "处处不一致"),
-        ("skewed labels", {"labels_a": [1] * 8 + [0, 0], "labels_b": [1] * 9 + [0]}, 0.6153846, "标签分布不均衡"),
+        ("skewed labels", {"labels_a": [1] * 8 + [0, 0], "labels_b": [1] * 9 + [0]}, 0.6153846,
+         "标签分布不均衡"),
         ("three labels, one unused by b", {"labels_a": [0, 1, 2, 2, 1, 0], "labels_b": [0, 1, 1, 1, 1, 0]},
          0.5, "三类标签，其中一类 b 从未使用"),
     ])
@@ -156,16 +158,25 @@ def bradley_terry_cases(seed: int) -> list[Case]:
         name_zh="奖励差很大且方向相反（r_w − r_l = −120）"))
     g = torch.Generator().manual_seed(seed)
     for i, margin in enumerate([0.0, 0.5, 2.0]):
-        cases.append(Case(f"random {i}: margin {margin}", {
-            "chosen_rewards": torch.randn(6, generator=g) * 2,
-            "rejected_rewards": torch.randn(6, generator=g) * 2, "margin": margin}, name_zh=f"随机用例 {i}：间隔 {margin}"))
+        cases.append(
+            Case(
+                f"random {i}: margin {margin}",
+                {
+                    "chosen_rewards": torch.randn(6, generator=g) * 2,
+                    "rejected_rewards": torch.randn(6, generator=g) * 2,
+                    "margin": margin,
+                },
+                name_zh=f"随机用例 {i}：间隔 {margin}",
+            )
+        )
     return cases
 
 
 BRADLEY_TERRY_MISTAKES = (
     Mistake("naive_log_sigmoid", "torch.log(torch.sigmoid(x)) underflows to log(0) = -inf for x < -104 in "
             "float32 (a confidently wrong reward model): use F.logsigmoid(x), or softplus(-x).", _bt_naive,
-            zh="在 float32 下，x < −104 时 `torch.log(torch.sigmoid(x))` 会下溢成 log(0) = −inf（奖励模型错得很离谱时"
+            zh="在 float32 下，x < −104 时 `torch.log(torch.sigmoid(x))` 会下溢成 log(0) = "
+               "−inf（奖励模型错得很离谱时"
                "就会出现）：改用 `F.logsigmoid(x)` 或 `softplus(-x)`。"),
     Mistake("missing_log", "the loss is the negative LOG-likelihood -log sigmoid(r_w - r_l); -sigmoid(...) "
             "has vanishing gradients exactly where the model is most wrong.", _bt_no_log,
@@ -263,19 +274,22 @@ DPO_MISTAKES = (
     _dpo("mean_instead_of_sum", "DPO's log pi(y|x) is the SUM of the completion's token log-probs (the "
          "log-probability of the whole completion); the mean over tokens is TRL's IPO (or SimPO's length "
          "normalisation), not DPO.",
-         "DPO 里的 log π(y|x) 是回答中所有词元对数概率之和（整段回答的对数概率）；按词元取平均是 TRL 中 IPO 的做法"
+         "DPO 里的 log π(y|x) 是回答中所有词元对数概率之和（整段回答的对数概率）；按词元取平均是 TRL 中 IPO "
+         "的做法"
          "（或 SimPO 的长度归一化），不是 DPO。"),
     _dpo("ipo_summed", "loss_type='ipo' averages each completion's token log-probs over its own tokens "
          "before forming h (TRL; the paper writes sums): with sums h grows with the length, and the squared "
          "loss is dominated by the long completions.",
-         "loss_type='ipo' 时，要先在每个回答自己的词元上对对数概率求平均，再构造 h（TRL 的做法，论文里写的是求和）；"
+         "loss_type='ipo' 时，要先在每个回答自己的词元上对对数概率求平均，再构造 h（TRL 的做法，"
+         "论文里写的是求和）；"
          "用求和的话 h 随长度增长，平方损失会被长回答主导。"),
     _dpo("padding_counted", "sum (or average) over the completion's own tokens only: multiply by the mask; "
          "padded positions hold log-probs of tokens that were never generated.",
          "只能在回答自己的词元上求和（或求平均）：先乘以掩码；填充位置上的对数概率对应的是从未生成过的词元。"),
     _dpo("loss_type_ignored", "loss_type='ipo' asks for IPO's squared loss (h - 1/(2 beta))^2 on "
          "token-averaged log-probs, not DPO's -log sigmoid.",
-         "loss_type='ipo' 要求的是 IPO 的平方损失 (h − 1/(2β))²（用按词元平均的对数概率），不是 DPO 的 −log σ。"),
+         "loss_type='ipo' 要求的是 IPO 的平方损失 (h − 1/(2β))²（用按词元平均的对数概率），不是 DPO 的 −log "
+         "σ。"),
 )
 
 
@@ -356,17 +370,20 @@ EXERCISES = [
         question_zh="怎么判断两位标注员的一致性超出了偶然水平？Kappa 系数怎么算？",
         explanation="Observed agreement overstates agreement when labels are skewed; kappa subtracts the "
                     "agreement two independent annotators with the same label frequencies would reach.",
-        explanation_zh="标签分布不均衡时，观测一致率会高估一致性；kappa 扣除的是两位互相独立、但标签频率相同的标注员"
+        explanation_zh="标签分布不均衡时，观测一致率会高估一致性；kappa 扣除的是两位互相独立、"
+                       "但标签频率相同的标注员"
                        "靠偶然就能达到的一致率。",
         hints_zh=("p_o 很简单：[a == b] 的平均值。",
                   "p_e 是两位互相独立、各自按这样的标签频率标注的标注员碰巧给出相同标签的概率。",
-                  "用不均衡的标签检验一下 p_e：如果两人都有 90% 的样本标 1，p_e = 0.9 × 0.9 + 0.1 × 0.1 = 0.82，"
+                  "用不均衡的标签检验一下 p_e：如果两人都有 90% 的样本标 1，p_e = 0.9 × 0.9 + 0.1 × 0.1 = "
+                  "0.82，"
                   "于是 0.82 的原始一致率只是偶然水平（kappa 为 0）。"),
     ),
     Exercise(
         name="bradley_terry_loss", title="the Bradley-Terry reward-model loss", topic="preferences",
         difficulty="easy", minutes=5,
-        signature='''def bradley_terry_loss(chosen_rewards: torch.Tensor, rejected_rewards: torch.Tensor, margin=0.0) -> torch.Tensor:
+        signature='''def bradley_terry_loss(chosen_rewards: torch.Tensor, rejected_rewards: torch.Tensor,
+                       margin=0.0) -> torch.Tensor:
     """Reward-model loss over B preference pairs. chosen_rewards, rejected_rewards: (B,); returns a scalar.
 
         loss = mean over pairs of -log sigmoid(r_w - r_l - m)
@@ -383,7 +400,8 @@ EXERCISES = [
         explanation="Bradley-Terry models the probability that the chosen answer beats the rejected one as a "
                     "sigmoid of their reward difference; the loss is its negative log, with an optional "
                     "margin.",
-        explanation_zh="Bradley-Terry 模型把被选中回答胜过被拒绝回答的概率写成两者奖励差的 sigmoid；损失就是它的负对数，"
+        explanation_zh="Bradley-Terry 模型把被选中回答胜过被拒绝回答的概率写成两者奖励差的 sigmoid；"
+                       "损失就是它的负对数，"
                        "可以再减去一个间隔。",
         hints_zh=("P(y_w 胜过 y_l) = σ(r_w − r_l)；损失是它的负对数。",
                   "`torch.nn.functional.logsigmoid` 就是不会下溢的 log(sigmoid(x))。"),
@@ -423,11 +441,14 @@ EXERCISES = [
                     "the log-ratio to the reference, and the loss is Bradley-Terry on those implicit rewards "
                     "(label smoothing mixes in the flipped label). A completion's log-probability is the sum "
                     "of its tokens' log-probs; TRL's IPO uses their mean.",
-        explanation_zh="DPO 直接在偏好对上训练策略：隐式奖励是 β 乘以相对参考模型的对数比率，损失就是这些隐式奖励上的 "
-                       "Bradley-Terry 损失（标签平滑再混入标签翻转的情形）。一个回答的对数概率是它各个词元对数概率之和；"
+        explanation_zh="DPO 直接在偏好对上训练策略：隐式奖励是 β 乘以相对参考模型的对数比率，"
+                       "损失就是这些隐式奖励上的 "
+                       "Bradley-Terry 损失（标签平滑再混入标签翻转的情形）。"
+                       "一个回答的对数概率是它各个词元对数概率之和；"
                        "TRL 的 IPO 用的是平均值。",
         hints_zh=("先乘掩码，再沿词元归约：DPO 求和，IPO 在回答自己的词元上求平均。",
-                  "四个序列对数概率组成两个对数比率，h 是两者之差。`F.logsigmoid(beta * h)` 是不会下溢的 log sigmoid。",
+                  "四个序列对数概率组成两个对数比率，h 是两者之差。`F.logsigmoid(beta * h)` 是不会下溢的 "
+                  "log sigmoid。",
                   "标签平滑混入的是标签翻转时的损失 −log σ(−βh)。"),
     ),
 ]

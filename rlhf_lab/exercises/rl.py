@@ -73,8 +73,8 @@ GROUP_EXCLUSIVE = (  # pairs of switches that answer the same question (so canno
     frozenset({"batch_normalisation", "strided_groups"}),
     frozenset({"batch_normalisation", "batch_std"}),
     frozenset({"missing_epsilon", "eps_inside_sqrt"}),
-    *(frozenset({"no_std_division", other}) for other in ("population_std", "batch_std", "missing_epsilon",
-                                                          "eps_inside_sqrt")),
+    *(frozenset({"no_std_division", other})
+      for other in ("population_std", "batch_std", "missing_epsilon", "eps_inside_sqrt")),
 )
 
 
@@ -154,7 +154,8 @@ def _group(name: str, message: str, zh: str) -> Mistake:
 GROUP_MISTAKES = (
     _group("population_std", "std divides by G (population std, torch.std(unbiased=False) / numpy's "
            "default); TRL and this lab use the sample std (G - 1), torch's default.",
-           "标准差除以了 G（总体标准差，即 `torch.std(unbiased=False)`，也是 numpy 的默认写法）；TRL 和本实验用的是"
+           "标准差除以了 G（总体标准差，即 `torch.std(unbiased=False)`，也是 numpy 的默认写法）；TRL "
+           "和本实验用的是"
            "样本标准差（除以 G − 1），也就是 torch 的默认值。"),
     _group("batch_normalisation", "mean and std over the whole batch mix different prompts: the baseline "
            "must be each prompt's own group (view(-1, G), then statistics along dim 1).",
@@ -162,7 +163,8 @@ GROUP_MISTAKES = (
            "（先 `view(-1, G)`，再沿第 1 维求统计量）。"),
     _group("batch_std", "the std over the whole batch is TRL's scale_rewards='batch'; GRPO divides by the "
            "std of each group.",
-           "用整个批次的标准差做分母，是 TRL 里 `scale_rewards='batch'` 的做法；GRPO 除以的是每组的组内标准差。"),
+           "用整个批次的标准差做分母，是 TRL 里 `scale_rewards='batch'` 的做法；GRPO "
+           "除以的是每组的组内标准差。"),
     _group("missing_epsilon", "no epsilon: a group whose rewards are all equal gives 0/0 = nan. "
            "Divide by (std + 1e-4) as TRL does.",
            "分母没有加 eps：一组奖励完全相同时会得到 0/0 = nan。按 TRL 的写法除以 (std + 1e-4)。"),
@@ -269,12 +271,30 @@ def _gae_forward_order(rewards, values, mask, gamma, lam):
 def gae_cases(seed: int) -> list[Case]:
     ones = torch.ones(1, 3)
     spec = [
-        ("known value: lambda 0.95", {"rewards": torch.tensor([[0.0, 0, 1]]), "values": torch.full((1, 3), 0.5),
-                                      "mask": ones, "gamma": 1.0, "lam": 0.95},
-         ([[0.45125, 0.475, 0.5]], [[0.95125, 0.975, 1.0]]), "已知值：λ = 0.95"),
-        ("known value: lambda 1", {"rewards": torch.tensor([[0.0, 0, 1]]), "values": torch.full((1, 3), 0.5),
-                                   "mask": ones, "gamma": 1.0, "lam": 1.0},
-         ([[0.5, 0.5, 0.5]], [[1.0, 1.0, 1.0]]), "已知值：λ = 1"),
+        (
+            "known value: lambda 0.95",
+            {
+                "rewards": torch.tensor([[0.0, 0, 1]]),
+                "values": torch.full((1, 3), 0.5),
+                "mask": ones,
+                "gamma": 1.0,
+                "lam": 0.95,
+            },
+            ([[0.45125, 0.475, 0.5]], [[0.95125, 0.975, 1.0]]),
+            "已知值：λ = 0.95",
+        ),
+        (
+            "known value: lambda 1",
+            {
+                "rewards": torch.tensor([[0.0, 0, 1]]),
+                "values": torch.full((1, 3), 0.5),
+                "mask": ones,
+                "gamma": 1.0,
+                "lam": 1.0,
+            },
+            ([[0.5, 0.5, 0.5]], [[1.0, 1.0, 1.0]]),
+            "已知值：λ = 1",
+        ),
     ]
     cases = spec_cases(spec)
     g = _generator(seed)
@@ -296,7 +316,8 @@ GAE_MISTAKES = (
     Mistake("values_vector_snippet", "the interview-notes snippet adds the whole vector values[:-1] inside "
             "the loop (`gae + values[:-1]`), so each return is a vector; the return of token t is "
             "A_t + V_t (`gae + values[t]`).", _gae_vector_snippet,
-            zh="面经里流传的那段代码在循环里加的是整个向量 `values[:-1]`（`gae + values[:-1]`），于是每个回报都成了"
+            zh="面经里流传的那段代码在循环里加的是整个向量 `values[:-1]`（`gae + values[:-1]`），"
+               "于是每个回报都成了"
                "一个向量；第 t 个词元的回报应当是 A_t + V_t（`gae + values[t]`）。",
             recognise=_returns_are_vectors, component=1,
             error_line=r"values\s*\[\s*(:\s*,\s*)?:\s*-\s*1\s*\]"),
@@ -306,7 +327,8 @@ GAE_MISTAKES = (
     Mistake("bootstrap_into_padding", "after the last real token the episode is over: V_{t+1} and A_{t+1} "
             "must be 0 there (not_done_t = mask_{t+1}), not the critic's value at a padded position.",
             _gae_bootstrap_into_padding,
-            zh="最后一个真实词元之后回合已经结束：那里的 V_{t+1} 和 A_{t+1} 必须取 0（`not_done_t = mask_{t+1}`），"
+            zh="最后一个真实词元之后回合已经结束：那里的 V_{t+1} 和 A_{t+1} 必须取 0（`not_done_t = "
+               "mask_{t+1}`），"
                "不能用价值模型在填充位置上的输出。"),
     Mistake("returns_to_go", "the value target is R_t = A_t + V_t (the lambda-return), not the discounted "
             "sum of rewards.", _gae_returns_to_go,
@@ -316,7 +338,8 @@ GAE_MISTAKES = (
     Mistake("mask_ignored", "the mask is not used: the recursion runs on through the padded positions "
             "(bootstrapping the critic's values there) and they come out non-zero. The episode ends at the "
             "last real token (not_done_t = mask_{t+1}); padded positions get A = R = 0.", _gae_mask_ignored,
-            zh="完全没有用到掩码：递推一路穿过填充位置（用上了价值模型在那里的输出），填充位置的结果也不为 0。"
+            zh="完全没有用到掩码：递推一路穿过填充位置（用上了价值模型在那里的输出），填充位置的结果也不为 "
+               "0。"
                "回合在最后一个真实词元处结束（`not_done_t = mask_{t+1}`），填充位置的 A 和 R 都应为 0。"),
 )
 
@@ -376,7 +399,8 @@ def whiten_cases(seed: int) -> list[Case]:
 WHITEN_MISTAKES = (
     Mistake("population_variance", "variance divided by n: TRL's masked_whiten uses the unbiased variance "
             "(n - 1), so the whitened values have torch.std() == 1.", _whiten_population,
-            zh="方差除以了 n：TRL 的 `masked_whiten` 用的是无偏方差（除以 n − 1），这样白化后的 `torch.std()` 恰好为 1。"),
+            zh="方差除以了 n：TRL 的 `masked_whiten` 用的是无偏方差（除以 n − 1），这样白化后的 "
+               "`torch.std()` 恰好为 1。"),
     Mistake("stats_include_padding", "mean and variance must be over the REAL tokens only (mask == 1); "
             "padded positions are not data.", _whiten_with_padding,
             zh="均值和方差只能在真实词元（掩码为 1 的位置）上计算；填充位置不是数据。"),
@@ -388,7 +412,8 @@ WHITEN_MISTAKES = (
             zh="填充位置的输出必须是 0（乘以掩码，或用 `torch.where`）。"),
     Mistake("missing_epsilon", "no epsilon: constant values give 0/0 = nan. Use (x - mean) / sqrt(var + "
                                "1e-8).",
-            _whiten_missing_eps, zh="没有加 eps：数值全部相同时会得到 0/0 = nan。应写成 (x − mean) / sqrt(var + 1e-8)。"),
+            _whiten_missing_eps, zh="没有加 eps：数值全部相同时会得到 0/0 = nan。应写成 (x − mean) / "
+                                    "sqrt(var + 1e-8)。"),
 )
 
 
@@ -468,12 +493,14 @@ def _policy(name: str, message: str, zh: str) -> Mistake:
 POLICY_MISTAKES = (
     _policy("clip_without_min", "-clip(r, 1-eps, 1+eps) * A alone lets the ratio escape where the clip "
             "should not help it; the surrogate is -min(r * A, clip(r) * A).",
-            "只写 `−clip(r, 1−ε, 1+ε)·A` 不够：比率一旦越出区间，就没有梯度把它拉回来（例如 A < 0 而 r > 1 + ε 时）；"
+            "只写 `−clip(r, 1−ε, 1+ε)·A` 不够：比率一旦越出区间，就没有梯度把它拉回来（例如 A < 0 而 r > 1 "
+            "+ ε 时）；"
             "替代目标应为 `−min(r·A, clip(r)·A)`，取悲观的那一项。"),
     _policy("ratio_not_detached", "pi_old is data: exp(logprobs - old_logprobs.detach()). Without the "
             "detach, old_logprobs = logprobs gives ratio 1 with ZERO gradient (and off-policy, gradient "
             "flows into pi_old).",
-            "旧策略 π_old 是数据，要截断它的梯度：`exp(logprobs - old_logprobs.detach())`。不截断的话，同策略时"
+            "旧策略 π_old 是数据，要截断它的梯度：`exp(logprobs - old_logprobs.detach())`。不截断的话，"
+            "同策略时"
             "（old_logprobs 就是 logprobs）比率恒为 1、梯度恰好为零；异策略时梯度还会流进 π_old。"),
     _policy("max_instead_of_min", "-max(r A, clip(r) A) is optimistic; PPO takes the pessimistic bound: "
             "-min(r A, clip(r) A).",
@@ -484,7 +511,8 @@ POLICY_MISTAKES = (
             "itself.", "重要性采样比率是 exp(log π − log π_old)，不是对数比率本身。"),
     _policy("token_mean_over_batch", "that is the 'bnpo' aggregation (every token of the batch weighs the "
             "same); GRPO averages tokens within each sequence first, then sequences.",
-            "这是 'bnpo' 的聚合方式（整个批次里每个词元权重相同）；GRPO 先在每条序列内对词元求平均，再对序列求平均。"),
+            "这是 'bnpo' 的聚合方式（整个批次里每个词元权重相同）；GRPO 先在每条序列内对词元求平均，"
+            "再对序列求平均。"),
     _policy("padding_counted", "the mean runs over padded positions too; average over real tokens "
             "(mask) only.", "求平均时把填充位置也算了进去；只能对真实词元（掩码为 1 的位置）求平均。"),
 )
@@ -534,7 +562,8 @@ KL_MISTAKES = (
     Mistake("k3_wrong_direction", "k3 uses x = log pi_ref - log pi (ratio pi_ref / pi): e^x - x - 1. With "
             "x = log(pi / pi_ref) it estimates KL(pi_ref || pi) and is biased under samples from pi.",
             _kl_k3_reversed,
-            zh="k3 里的 x = log π_ref − log π（比率是 π_ref / π）：e^x − x − 1。若取 x = log(π / π_ref)，估计的就成了 "
+            zh="k3 里的 x = log π_ref − log π（比率是 π_ref / π）：e^x − x − 1。若取 x = log(π / π_ref)，"
+               "估计的就成了 "
                "KL(π_ref ‖ π)，在从 π 采样的数据上是有偏的。"),
     Mistake("k1_sign", "k1 = log pi - log pi_ref (positive when the policy likes its sample more than the "
             "reference does).", _kl_k1_sign,
@@ -587,8 +616,8 @@ def gspo_cases(seed: int) -> list[Case]:
             "old_logprobs": old, "mask": mask}, name_zh=f"随机用例 {i}：长度 {lengths}"))
     mask = _right_padded_mask([3, 5], 6)
     logprobs = -torch.rand(2, 6, generator=g)
-    cases.append(Case("on-policy: old_logprobs IS logprobs", {"logprobs": logprobs, "old_logprobs": logprobs,
-                                                              "mask": mask},
+    cases.append(Case("on-policy: old_logprobs IS logprobs",
+                      {"logprobs": logprobs, "old_logprobs": logprobs, "mask": mask},
                       name_zh="同策略：old_logprobs 就是 logprobs 本身"))
     return cases
 
@@ -611,7 +640,8 @@ GSPO_MISTAKES = (
     Mistake("product_not_geometric_mean", "s_i is the GEOMETRIC MEAN of the token ratios: "
             "exp((1/|y_i|) sum_t log r_t). Without 1/|y_i| long answers get astronomically large ratios.",
             _gspo_product,
-            zh="s_i 是各词元比率的几何平均：exp((1/|y_i|) Σ_t log r_t)。少了 1/|y_i|，长回答的比率会大得离谱。"),
+            zh="s_i 是各词元比率的几何平均：exp((1/|y_i|) Σ_t log r_t)。少了 1/|y_i|，"
+               "长回答的比率会大得离谱。"),
     Mistake("mean_over_padding", "divide the summed log-ratio by the completion's own length |y_i| "
             "(mask.sum(-1)), not by the padded width T.", _gspo_mean_over_padding,
             zh="对数比率之和要除以这条回答自己的长度 |y_i|（`mask.sum(-1)`），而不是填充后的宽度 T。"),
@@ -620,7 +650,8 @@ GSPO_MISTAKES = (
             zh="GSPO 是先对对数比率求平均、再取指数（几何平均），不是对比率本身求算术平均。"),
     Mistake("ratio_not_detached", "pi_old is data: detach old_logprobs. Without it, old = logprobs gives "
             "s = 1 with zero gradient.", _gspo_not_detached,
-            zh="π_old 是数据，要对 old_logprobs 调用 `detach()`。否则 old 等于 logprobs 时 s = 1，梯度为零。"),
+            zh="π_old 是数据，要对 old_logprobs 调用 `detach()`。"
+               "否则 old 等于 logprobs 时 s = 1，梯度为零。"),
 )
 
 
@@ -667,13 +698,15 @@ def aggregation_cases(seed: int) -> list[Case]:
 AGGREGATION_MISTAKES = (
     Mistake("grpo_bnpo_swapped", "'grpo' is the mean over sequences of each sequence's token mean; 'bnpo' "
             "and 'dapo' divide the sum over all tokens by the token count.", _aggregate_swapped,
-            zh="'grpo' 是先求每条序列内词元损失的平均，再对序列求平均；'bnpo' 和 'dapo' 是全部词元的损失之和除以词元总数。"),
+            zh="'grpo' 是先求每条序列内词元损失的平均，再对序列求平均；'bnpo' 和 'dapo' "
+               "是全部词元的损失之和除以词元总数。"),
     Mistake("padding_counted", "the token count is mask.sum(), not the padded tensor's numel().",
             _aggregate_padding_counted, zh="词元总数是 `mask.sum()`，不是填充后张量的 `numel()`。"),
     Mistake("dr_grpo_by_tokens", "Dr. GRPO divides by the CONSTANT batch * max_completion_length, so the "
             "weight of a token does not depend on how long the answers happened to be.",
             _aggregate_dr_grpo_tokens,
-            zh="Dr. GRPO 除以的是常数 B × `max_completion_length`，这样每个词元的权重与这批回答碰巧有多长无关。"),
+            zh="Dr. GRPO 除以的是常数 B × `max_completion_length`，"
+               "这样每个词元的权重与这批回答碰巧有多长无关。"),
     Mistake("dr_grpo_padded_width", "Dr. GRPO's constant is max_completion_length (the generation budget), "
             "not the width of this padded batch.", _aggregate_dr_grpo_width,
             zh="Dr. GRPO 的常数用的是 `max_completion_length`（生成长度上限），不是这个批次填充后的宽度。"),
@@ -719,14 +752,16 @@ def value_loss_cases(seed: int) -> list[Case]:
 VALUE_MISTAKES = (
     Mistake("min_instead_of_max", "PPO's value loss takes the MAX of the clipped and unclipped errors "
             "(pessimistic), like the policy's min of the surrogates.", _value_min,
-            zh="PPO 的价值损失对裁剪与未裁剪两种误差取最大值（悲观估计），与策略损失对两个替代目标取最小值是同一个道理。"),
+            zh="PPO 的价值损失对裁剪与未裁剪两种误差取最大值（悲观估计），"
+               "与策略损失对两个替代目标取最小值是同一个道理。"),
     Mistake("padding_counted", "the mean runs over padded positions too; average over real tokens only.",
             _value_padding_counted, zh="求平均时把填充位置也算了进去；只能对真实词元求平均。"),
     Mistake("missing_half", "the loss is 0.5 * mean(max(...)) (so its gradient is V - R).", _value_no_half,
             zh="损失是 0.5 × mean(max(...))（这样它的梯度正好是 V − R）。"),
     Mistake("no_clip", "plain 0.5 (V - R)^2: the clip to V_old +- c is missing. (Clipping V around the "
             "RETURN gives exactly this: that clipped error is never the larger one.)", _value_unclipped,
-            zh="只有 0.5 (V − R)²：缺了把 V 裁剪到 V_old ± c 这一步。（若围绕回报 R 去裁剪 V，结果也正是这样："
+            zh="只有 0.5 (V − R)²：缺了把 V 裁剪到 V_old ± c 这一步。（若围绕回报 R 去裁剪 V，"
+               "结果也正是这样："
                "裁剪后的误差永远不会是较大的那个。）"),
 )
 
@@ -761,7 +796,8 @@ EXERCISES = [
         explanation="Sample G answers to the same prompt and use the group as its own baseline: an answer's "
                     "advantage is how many standard deviations its reward sits above the group mean. Every "
                     "token of the answer gets that one value.",
-        explanation_zh="对同一个提示词采样 G 个回答，用这一组自己做基线：一个回答的优势，就是它的奖励比组内均值高出"
+        explanation_zh="对同一个提示词采样 G 个回答，用这一组自己做基线：一个回答的优势，"
+                       "就是它的奖励比组内均值高出"
                        "几个标准差。这个回答的每个词元都用这同一个值。",
         hints_zh=("`rewards.view(-1, G)` 让每一行正好是一个提示词的那一组。",
                   "`torch.std` 默认除以 n − 1；numpy 的 std 默认除以 n。",
@@ -795,10 +831,13 @@ EXERCISES = [
                     "advantage trades bias for variance. Each A_t needs A_{t+1}, so it is computed from the "
                     "last token backwards; the episode ends at the last real token, where nothing is "
                     "bootstrapped.",
-        explanation_zh="GAE 把各步的时序差分误差按 λ 指数衰减加权求和，在偏差和方差之间做权衡。每个 A_t 都要用到 "
-                       "A_{t+1}，所以要从最后一个词元往前算；回合在最后一个真实词元处结束，之后不再用价值估计自举。",
+        explanation_zh="GAE 把各步的时序差分误差按 λ 指数衰减加权求和，在偏差和方差之间做权衡。每个 A_t "
+                       "都要用到 "
+                       "A_{t+1}，所以要从最后一个词元往前算；回合在最后一个真实词元处结束，"
+                       "之后不再用价值估计自举。",
         hints_zh=("A_t 要用到 A_{t+1}：t 从最后一列倒着循环到 0。",
-                  "把 next_value、next_advantage 和 not_done 都存成形状为 `(batch,)` 的张量，循环前全部置 0。",
+                  "把 next_value、next_advantage 和 not_done 都存成形状为 `(batch,)` 的张量，循环前全部置 "
+                  "0。",
                   "第 t 个词元的回报是 A_t + V_t：每个词元一个数。"),
     ),
     Exercise(
@@ -812,8 +851,8 @@ EXERCISES = [
     """''',
         reference=whiten, make_cases=whiten_cases, mistakes=WHITEN_MISTAKES,
         hints=("values[mask.bool()] is the 1-D tensor of real values.",
-               "One mean and one variance for the whole batch.", "torch.where(mask.bool(), x, 0) clears "
-                                                                 "padding."),
+               "One mean and one variance for the whole batch.",
+               "torch.where(mask.bool(), x, 0) clears padding."),
         source="TRL masked_whiten; OpenAI lm-human-preferences",
         title_zh="优势白化",
         question="Why whiten advantages, and over what?",
@@ -821,7 +860,8 @@ EXERCISES = [
         explanation="PPO rescales the batch's advantages to mean 0 and standard deviation 1, so the step "
                     "size does not depend on the reward scale. The statistics come from the real tokens of "
                     "the whole batch only.",
-        explanation_zh="PPO 把一个批次的优势缩放到均值 0、标准差 1，这样更新步长就不受奖励量纲的影响。统计量只取整个"
+        explanation_zh="PPO 把一个批次的优势缩放到均值 0、标准差 1，这样更新步长就不受奖励量纲的影响。"
+                       "统计量只取整个"
                        "批次里的真实词元。",
         hints_zh=("`values[mask.bool()]` 就是所有真实位置上的值组成的一维张量。",
                   "整个批次只用一个均值和一个方差。",
@@ -830,7 +870,8 @@ EXERCISES = [
     Exercise(
         name="clipped_policy_loss", title="the PPO/GRPO clipped surrogate with eps_low/eps_high",
         topic="losses", difficulty="medium", minutes=15,
-        signature='''def clipped_policy_loss(logprobs, old_logprobs, advantages, mask, eps_low: float, eps_high: float):
+        signature='''def clipped_policy_loss(logprobs, old_logprobs, advantages, mask, eps_low: float,
+                        eps_high: float):
     """The clipped policy loss (to minimise), GRPO aggregation. All inputs (batch, seq); returns a scalar.
 
         r_t    = exp(log pi(a_t) - log pi_old(a_t))          pi_old is data: no gradient through it
@@ -853,7 +894,8 @@ EXERCISES = [
                     "incentive to move the ratio outside [1 - eps_low, 1 + eps_high], and the min keeps the "
                     "pessimistic bound. The old policy's log-probs are data: no gradient flows into them.",
         explanation_zh="重要性采样比率给旧策略采到的样本重新加权；对它做裁剪，就不再有把比率推出 "
-                       "[1 − eps_low, 1 + eps_high] 的动力，取 min 则保证用的是悲观下界。旧策略的对数概率是数据，"
+                       "[1 − eps_low, 1 + eps_high] 的动力，取 min 则保证用的是悲观下界。"
+                       "旧策略的对数概率是数据，"
                        "梯度不流向它。",
         hints_zh=("`old_logprobs.detach()`：采样策略是常量。",
                   "先对两个替代目标取 `torch.min`，再加负号。",
@@ -879,7 +921,8 @@ EXERCISES = [
         explanation="The KL to the reference is estimated per sampled token from two log-probabilities. k1 "
                     "is unbiased but can be negative; k3 is unbiased and never negative, which is why GRPO "
                     "adds beta times k3 to its loss.",
-        explanation_zh="相对参考模型的 KL 散度，是在每个采样到的词元上用两个对数概率来估计的。k1 无偏但可能为负；k3 "
+        explanation_zh="相对参考模型的 KL 散度，是在每个采样到的词元上用两个对数概率来估计的。k1 "
+                       "无偏但可能为负；k3 "
                        "无偏且永远非负，所以 GRPO 在损失里加的是 β 乘以 k3。",
         hints_zh=("三者都只是每个词元上一个数的函数：x = log π_ref − log π。",
                   "k3 始终 ≥ 0，且 π = π_ref 时 k3 = 0。"),
@@ -906,7 +949,8 @@ EXERCISES = [
         question_zh="GSPO 的重要性采样比率和 GRPO 的有什么不同？",
         explanation="GSPO uses one ratio per answer: the geometric mean of its token ratios, so that long "
                     "and short answers live on the same scale and a whole answer is clipped or not.",
-        explanation_zh="GSPO 每个回答只用一个比率：各词元比率的几何平均。这样长回答和短回答处在同一量级上，裁剪也是对"
+        explanation_zh="GSPO 每个回答只用一个比率：各词元比率的几何平均。这样长回答和短回答处在同一量级上，"
+                       "裁剪也是对"
                        "整个回答要么裁、要么不裁。",
         hints_zh=("比率的几何平均，就是对数比率的平均再取指数。",
                   "每一行除以它自己的长度：`mask.sum(-1, keepdim=True)`。",
@@ -934,7 +978,8 @@ EXERCISES = [
         question_zh="TRL 的 GRPOTrainer 里 loss_type 的几个选项改变的是什么？",
         explanation="Only how per-token losses are averaged, which sets each token's weight: per sequence "
                     "first (grpo), over all tokens (bnpo/dapo), or by a constant (dr_grpo).",
-        explanation_zh="只改变逐词元损失的平均方式，也就决定了每个词元的权重：先按序列平均（grpo）、对所有词元平均"
+        explanation_zh="只改变逐词元损失的平均方式，也就决定了每个词元的权重：先按序列平均（grpo）、"
+                       "对所有词元平均"
                        "（bnpo/dapo），或者除以一个常数（dr_grpo）。",
         hints_zh=("先乘掩码：`per_token_loss * mask`。词元总数是 `mask.sum()`。",
                   "Dr. GRPO 的归一化常数与回答的长度完全无关。"),
@@ -960,7 +1005,8 @@ EXERCISES = [
         question_zh="PPO 为什么要裁剪价值损失？怎么裁剪？",
         explanation="The critic's prediction may not move more than c from the value the rollout saw without "
                     "paying for it; like the policy loss it takes the pessimistic (larger) error.",
-        explanation_zh="价值模型的预测偏离采样时的旧值超过 c 就要付出代价；和策略损失一样，它取的是悲观的（较大的）那个误差。",
+        explanation_zh="价值模型的预测偏离采样时的旧值超过 c 就要付出代价；和策略损失一样，"
+                       "它取的是悲观的（较大的）那个误差。",
         hints_zh=("用 `torch.clamp` 围绕采样时看到的旧值 V_old 做裁剪。",
                   "取悲观估计：两个平方误差中较大的那个。"),
     ),

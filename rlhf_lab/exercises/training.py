@@ -76,8 +76,14 @@ class LearnerGRPO(GRPO):
         if self.learner_loss is None:
             return loss, info
         c = self.config
-        learner_loss = self.learner_loss(policy.logprobs, self.old_logprobs(minibatch, policy), minibatch.advantages,
-                                         minibatch.completion_mask, c.eps_low, c.eps_high)
+        learner_loss = self.learner_loss(
+            policy.logprobs,
+            self.old_logprobs(minibatch, policy),
+            minibatch.advantages,
+            minibatch.completion_mask,
+            c.eps_low,
+            c.eps_high,
+        )
         info.policy_loss = float(learner_loss.detach())
         return learner_loss, info  # the gradient comes from the learner's loss
 
@@ -150,8 +156,10 @@ NOTES = {
     },
     "zh": {
         "stopped": "用你的 {name} 训练时中止了：{error}",
-        "one_seed": "只有一个随机种子、每次 {steps} 步：这么短的单种子训练未必能暴露错误（光是随机波动就可能让错误的"
-                    "函数比参考实现还好，或者掩盖差距）。传入 seeds=(0, 1, 2) 可以看到不同种子间的波动；真正的检验是"
+        "one_seed": "只有一个随机种子、每次 {steps} 步："
+                    "这么短的单种子训练未必能暴露错误（光是随机波动就可能让错误的"
+                    "函数比参考实现还好，或者掩盖差距）。传入 seeds=(0, 1, 2) 可以看到不同种子间的波动；"
+                    "真正的检验是"
                     "判题器 exercises.check(\"{name}\", ...)。",
         "spread": "{count} 个随机种子下的最终值（均值 ± 标准差；同一种子下两次训练的起点相同）：",
     },
@@ -179,8 +187,8 @@ def compare_with_reference(name: str, function: Callable, settings: dict | None 
     runs = []
     for seed in seeds:
         try:
-            runs.append(train_with(name, function, settings, seed=seed, **kwargs).history.assign(run="yours",
-                                                                                                   seed=seed))
+            runs.append(train_with(
+                name, function, settings, seed=seed, **kwargs).history.assign(run="yours", seed=seed))
         except Exception as error:  # the learner's code may fail in any way; the reference run still shows
             print(notes["stopped"].format(name=name, error=f"{type(error).__name__}: {error}"))
         reference = train_with(name, None, settings, seed=seed, **kwargs)

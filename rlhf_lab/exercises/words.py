@@ -69,9 +69,12 @@ WORDS = {
         "fail": "未通过 {title}：{cases} 个用例中有 {failed} 个与参考实现不一致。",
         "fail_signature": "未通过 {title}：函数无法按练习的方式调用。",
         "unexpected": "函数签名：多出了参数 {names}。你的函数参数是 {yours}，练习传入的是 {stub}。",
-        "too_few": "函数签名：你的函数有 {count} 个参数 {yours}，练习传入 {stub_count} 个 {stub}，缺少 {names}。",
-        "mismatch": "函数签名：你的函数参数是 {yours}，练习传入的是 {stub}（缺少 {names}，多出 {unexpected}）。",
-        "by_position": "提示：参数名与题目给的不同（{renamed}），已按位置、按题目的顺序 {stub} 调用你的函数。",
+        "too_few": "函数签名：你的函数有 {count} 个参数 {yours}，练习传入 {stub_count} 个 {stub}，缺少 "
+                   "{names}。",
+        "mismatch": "函数签名：你的函数参数是 {yours}，练习传入的是 {stub}（缺少 {names}，多出 "
+                    "{unexpected}）。",
+        "by_position": "提示：参数名与题目给的不同（{renamed}），已按位置、按题目的顺序 {stub} "
+                       "调用你的函数。",
         "dropped": "提示：你的函数没有参数 {names}，调用时省略了它；设置了它的用例可能因此不一致。",
         "certain": "很可能的错误 [{name}]：{message}",
         "pair_head": "很可能同时犯了两个错误：{names}。",
@@ -101,10 +104,13 @@ WORDS = {
         "not_tuple": "返回的是 {got}，练习要求返回 {count} 个值组成的元组（{names}）。",
         "tuple_length": "返回了 {got} 个值，练习要求 {count} 个（{names}）。",
         "in_output": "第 {index} 个输出（{name}）：{inner}",
-        "python_number": "返回的是 Python 数值，练习要求形状为 {shape} 的张量：不要调用 .item()，保留张量，梯度才能回传。",
+        "python_number": "返回的是 Python 数值，练习要求形状为 {shape} 的张量：不要调用 .item()，保留张量，"
+                         "梯度才能回传。",
         "wrong_type": "返回的是 {got}，练习要求 {expected}。",
-        "scalar_mean": "返回的是一个标量（形状 ()），练习要求{unit}（形状 {shape}）；这个标量等于它们的均值：去掉最后的 .mean()。",
-        "scalar_sum": "返回的是一个标量（形状 ()），练习要求{unit}（形状 {shape}）；这个标量等于它们的和：去掉最后的 .sum()。",
+        "scalar_mean": "返回的是一个标量（形状 ()），练习要求{unit}（形状 {shape}）；"
+                       "这个标量等于它们的均值：去掉最后的 .mean()。",
+        "scalar_sum": "返回的是一个标量（形状 ()），练习要求{unit}（形状 {shape}）；这个标量等于它们的和："
+                      "去掉最后的 .sum()。",
         "scalar": "返回的是一个标量（形状 ()），练习要求{unit}（形状 {shape}）。",
         "shape": "形状为 {got}，练习要求 {expected}。",
         "dtype": "数据类型为 {got}，练习要求 {expected}。",

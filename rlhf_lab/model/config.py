@@ -107,11 +107,14 @@ class ModelConfig(Validated):
         if self.model_type != "llama":
             for name in ("mlp_bias", "rope_interleaved"):  # transformers' Qwen classes have no such option
                 if getattr(self, name):
-                    raise ValueError(f"{name}=True is a llama option; model_type {self.model_type!r} has none")
+                    raise ValueError(f"{name}=True is a llama option; model_type {self.model_type!r} has "
+                                     "none")
         if self.model_type == "qwen2" and self.attention_bias:
-            raise ValueError("attention_bias is not a qwen2 option: qwen2 always has q/k/v biases and no o_proj bias")
+            raise ValueError("attention_bias is not a qwen2 option: qwen2 always has q/k/v biases and no "
+                             "o_proj bias")
         if self.rope_scaling is not None:
-            # The same checks RotaryEmbedding runs, so a bad dict fails here rather than at LlamaModel(config).
+            # The same checks RotaryEmbedding runs, so a bad dict fails here rather than at
+            # LlamaModel(config).
             scaling = read_rope_scaling(self.rope_scaling, self.rope_theta)
             self.rope_scaling = None if scaling == {"rope_type": "default"} else scaling
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
@@ -124,8 +127,10 @@ class ModelConfig(Validated):
                 raise ValueError(f"num_local_experts must be >= 1 for model_type {self.model_type!r} "
                                  f"(an MoE family), got {self.num_local_experts}")
             if self.num_experts_per_tok > self.num_local_experts:
-                raise ValueError(f"num_experts_per_tok ({self.num_experts_per_tok}) must be <= num_local_experts "
-                                 f"({self.num_local_experts}): a token cannot use more experts than there are")
+                raise ValueError(
+                    f"num_experts_per_tok ({self.num_experts_per_tok}) must be <= num_local_experts "
+                    f"({self.num_local_experts}): a token cannot use more experts than there are"
+                )
         elif self.num_local_experts:
             raise ValueError(f"num_local_experts > 0 needs model_type in {MOE_MODEL_TYPES}, "
                              f"got model_type {self.model_type!r}")
@@ -134,7 +139,8 @@ class ModelConfig(Validated):
                 raise ValueError("norm_topk_prob=False is not a mixtral option: Mixtral always renormalises "
                                  "the top-k weights (use model_type 'qwen3_moe')")
             if self.moe_intermediate_size is not None:
-                raise ValueError("moe_intermediate_size is a qwen3_moe option: mixtral's experts use intermediate_size")
+                raise ValueError("moe_intermediate_size is a qwen3_moe option: mixtral's experts use "
+                                 "intermediate_size")
             if self.attention_bias:
                 raise ValueError("attention_bias is not a mixtral option (Mixtral's attention has no biases)")
 
@@ -150,7 +156,8 @@ class ModelConfig(Validated):
 
     @property
     def qkv_bias(self) -> bool:
-        """Whether q_proj, k_proj and v_proj carry a bias (Qwen2 always; Llama and Qwen3 with attention_bias)."""
+        """Whether q_proj, k_proj and v_proj carry a bias (Qwen2 always; Llama and Qwen3 with
+        attention_bias)."""
         return self.attention_bias or self.model_type == "qwen2"
 
     @property
@@ -159,7 +166,8 @@ class ModelConfig(Validated):
 
     @property
     def qk_norm(self) -> bool:
-        """Qwen3's (and Qwen3-MoE's) RMSNorm on each query and key head (over head_dim), after the projection, before RoPE."""
+        """Qwen3's (and Qwen3-MoE's) RMSNorm on each query and key head (over head_dim), after the
+        projection, before RoPE."""
         return self.model_type in ("qwen3", "qwen3_moe")
 
     @property

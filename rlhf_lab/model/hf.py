@@ -3,7 +3,8 @@
 The lab's parameters carry HF's names, so conversion is a state-dict copy plus a config
 translation. Five families load: Llama (incl. SmolLM-style configs), Qwen2 / Qwen2.5, Qwen3 and the
 mixtures of experts Mixtral and Qwen3-MoE (`FAMILIES`; experts in transformers 5.x's fused layout,
-`mlp.experts.gate_up_proj` (E, 2I, C) and `mlp.experts.down_proj` (E, C, I)); a config option the lab's model does not implement (sliding-window attention, a
+`mlp.experts.gate_up_proj` (E, 2I, C) and `mlp.experts.down_proj` (E, C, I)); a config option the lab's model
+does not implement (sliding-window attention, a
 rope type it does not know, dropout, another activation) is refused with an error naming it, never
 silently ignored. A saved folder is an ordinary HF checkpoint:
 
@@ -62,22 +63,44 @@ def config_to_hf(config: ModelConfig):
 
     config_class = getattr(transformers, FAMILIES[config.model_type][0])
     family_options = {  # what each family's transformers config has beyond the shared fields
-        "llama": {"attention_bias": config.attention_bias, "mlp_bias": config.mlp_bias, "head_dim": config.head_dim},
+        "llama": {
+            "attention_bias": config.attention_bias,
+            "mlp_bias": config.mlp_bias,
+            "head_dim": config.head_dim,
+        },
         "qwen2": {"use_sliding_window": False},
-        "qwen3": {"attention_bias": config.attention_bias, "head_dim": config.head_dim, "use_sliding_window": False},
-        "mixtral": {"head_dim": config.head_dim, "sliding_window": None, "num_local_experts": config.num_local_experts,
-                    "num_experts_per_tok": config.num_experts_per_tok, "router_jitter_noise": 0.0,
-                    "router_aux_loss_coef": config.router_aux_loss_coef},
+        "qwen3": {
+            "attention_bias": config.attention_bias,
+            "head_dim": config.head_dim,
+            "use_sliding_window": False,
+        },
+        "mixtral": {
+            "head_dim": config.head_dim,
+            "sliding_window": None,
+            "num_local_experts": config.num_local_experts,
+            "num_experts_per_tok": config.num_experts_per_tok,
+            "router_jitter_noise": 0.0,
+            "router_aux_loss_coef": config.router_aux_loss_coef,
+        },
         # Every layer sparse (decoder_sparse_step 1, no mlp_only_layers): intermediate_size is then unused.
-        "qwen3_moe": {"attention_bias": config.attention_bias, "head_dim": config.head_dim, "use_sliding_window": False,
-                      "num_experts": config.num_local_experts, "num_experts_per_tok": config.num_experts_per_tok,
-                      "moe_intermediate_size": config.expert_intermediate_size, "norm_topk_prob": config.norm_topk_prob,
-                      "decoder_sparse_step": 1, "mlp_only_layers": [],
-                      "router_aux_loss_coef": config.router_aux_loss_coef},
+        "qwen3_moe": {
+            "attention_bias": config.attention_bias,
+            "head_dim": config.head_dim,
+            "use_sliding_window": False,
+            "num_experts": config.num_local_experts,
+            "num_experts_per_tok": config.num_experts_per_tok,
+            "moe_intermediate_size": config.expert_intermediate_size,
+            "norm_topk_prob": config.norm_topk_prob,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": [],
+            "router_aux_loss_coef": config.router_aux_loss_coef,
+        },
     }[config.model_type]
     if config.model_type == "qwen2" and config.head_dim * config.num_attention_heads != config.hidden_size:
-        raise CheckpointError("qwen2 has no head_dim option: head_dim must be hidden_size // num_attention_heads")
-    rope_parameters = {"rope_type": "default", **(config.rope_scaling or {}), "rope_theta": float(config.rope_theta)}
+        raise CheckpointError("qwen2 has no head_dim option: head_dim must be hidden_size // "
+                              "num_attention_heads")
+    rope_parameters = {"rope_type": "default", **(config.rope_scaling or {}),
+                       "rope_theta": float(config.rope_theta)}
     hf_config = config_class(
         vocab_size=config.vocab_size,
         hidden_size=config.hidden_size,
@@ -125,30 +148,39 @@ def refuse_unsupported(hf: dict) -> None:
     if hf.get("hidden_act", "silu") != "silu":
         raise CheckpointError(f"hidden_act must be 'silu' (SwiGLU), got {hf.get('hidden_act')!r}")
     if hf.get("use_sliding_window"):
-        raise CheckpointError("use_sliding_window=True is not supported: the lab's attention is full causal attention")
+        raise CheckpointError("use_sliding_window=True is not supported: the lab's attention is full causal "
+                              "attention")
     sliding = [i for i, kind in enumerate(hf.get("layer_types") or []) if kind != "full_attention"]
     if sliding:
         raise CheckpointError(f"layer_types: layers {sliding[:5]} are not 'full_attention' (sliding-window "
                               "attention is not supported)")
     if (hf.get("attention_dropout") or 0) > 0:
-        raise CheckpointError(f"attention_dropout={hf['attention_dropout']} is not supported (the lab's model has no dropout)")
+        raise CheckpointError(f"attention_dropout={hf['attention_dropout']} is not supported (the lab's "
+                              "model has no dropout)")
     if (hf.get("pretraining_tp") or 1) != 1:
         raise CheckpointError(f"pretraining_tp={hf['pretraining_tp']} is not supported (use 1)")
     if model_type != "llama" and (hf.get("mlp_bias") or False):
         raise CheckpointError(f"mlp_bias is a llama option, not {model_type}'s")
     if model_type == "mixtral":
         if hf.get("sliding_window") is not None:
-            raise CheckpointError(f"sliding_window={hf['sliding_window']} is not supported: the lab's attention is full "
-                                  "causal attention (use None)")
+            raise CheckpointError(
+                f"sliding_window={hf['sliding_window']} is not supported: the lab's attention is full "
+                "causal attention (use None)"
+            )
         if (hf.get("router_jitter_noise") or 0) > 0:
-            raise CheckpointError(f"router_jitter_noise={hf['router_jitter_noise']} is not supported (use 0.0)")
+            raise CheckpointError(f"router_jitter_noise={hf['router_jitter_noise']} is not supported (use "
+                                  "0.0)")
     if model_type == "qwen3_moe":
         if hf.get("mlp_only_layers"):
-            raise CheckpointError(f"mlp_only_layers={hf['mlp_only_layers']} is not supported: every layer of the "
-                                  "lab's MoE model is sparse (use [])")
+            raise CheckpointError(
+                f"mlp_only_layers={hf['mlp_only_layers']} is not supported: every layer of the "
+                "lab's MoE model is sparse (use [])"
+            )
         if hf.get("decoder_sparse_step", 1) != 1:
-            raise CheckpointError(f"decoder_sparse_step={hf['decoder_sparse_step']} is not supported: every layer of "
-                                  "the lab's MoE model is sparse (use 1)")
+            raise CheckpointError(
+                f"decoder_sparse_step={hf['decoder_sparse_step']} is not supported: every layer of "
+                "the lab's MoE model is sparse (use 1)"
+            )
 
 
 def config_from_hf(hf_config) -> ModelConfig:
@@ -166,14 +198,19 @@ def config_from_hf(hf_config) -> ModelConfig:
     if model_type == "mixtral":
         moe = dict(num_local_experts=hf.get("num_local_experts", hf.get("num_experts")), norm_topk_prob=True)
     elif model_type == "qwen3_moe":
-        moe = dict(num_local_experts=hf.get("num_experts", hf.get("num_local_experts")),
-                   moe_intermediate_size=hf["moe_intermediate_size"], norm_topk_prob=bool(hf.get("norm_topk_prob", False)))
+        moe = dict(
+            num_local_experts=hf.get("num_experts", hf.get("num_local_experts")),
+            moe_intermediate_size=hf["moe_intermediate_size"],
+            norm_topk_prob=bool(hf.get("norm_topk_prob", False)),
+        )
     if moe:
         moe.update(num_experts_per_tok=hf.get("num_experts_per_tok", 2),
                    router_aux_loss_coef=hf.get("router_aux_loss_coef", 0.001))
     return ModelConfig(
         model_type=model_type,
-        attention_bias=bool(hf.get("attention_bias", False)) if model_type not in ("qwen2", "mixtral") else False,
+        attention_bias=bool(hf.get("attention_bias", False))
+        if model_type not in ("qwen2", "mixtral")
+        else False,
         mlp_bias=bool(hf.get("mlp_bias", False)),
         vocab_size=hf["vocab_size"],
         hidden_size=hf["hidden_size"],
@@ -214,12 +251,14 @@ def _load_lm_state_dict(model: LlamaModel, state: dict[str, torch.Tensor], sourc
     if missing or unexpected:
         raise CheckpointError(
             f"{source}: weights do not match the config: missing {missing[:5]}"
-            f"{'...' if len(missing) > 5 else ''}, unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}"
+            f"{'...' if len(missing) > 5 else ''}, unexpected "
+            f"{unexpected[:5]}{'...' if len(unexpected) > 5 else ''}"
         )
     for name, tensor in state.items():
         if tuple(tensor.shape) != tuple(expected[name].shape):
             raise CheckpointError(
-                f"{source}: tensor {name} has shape {tuple(tensor.shape)}, config expects {tuple(expected[name].shape)}"
+                f"{source}: tensor {name} has shape {tuple(tensor.shape)}, config expects "
+                f"{tuple(expected[name].shape)}"
             )
     model.load_state_dict(state, strict=False)
 
@@ -263,7 +302,8 @@ def to_hf(model: LlamaModel):
     return hf_model.to(model.device).eval()
 
 
-def save_pretrained(model: LlamaModel, folder: str | os.PathLike, tokenizer=None, metadata: dict | None = None) -> Path:
+def save_pretrained(model: LlamaModel, folder: str | os.PathLike, tokenizer=None,
+                    metadata: dict | None = None) -> Path:
     """Save as a Hugging Face Llama folder (atomically). `metadata` lands in config.json["rlhf_lab"]."""
     config = model.config
     hf_dict = config_to_hf(config).to_dict()
@@ -318,8 +358,10 @@ def load_tensors(path: str | os.PathLike, sha256: str | None = None) -> dict[str
     for name, tensor in state.items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             bad = int((~torch.isfinite(tensor)).sum())
-            raise CheckpointError(f"{path}: tensor {name} holds {bad} non-finite value(s) (NaN or inf); the file is "
-                                  "corrupt or was saved from a diverged run")
+            raise CheckpointError(
+                f"{path}: tensor {name} holds {bad} non-finite value(s) (NaN or inf); the file is "
+                "corrupt or was saved from a diverged run"
+            )
     return state
 
 
@@ -332,13 +374,16 @@ def save_generation_config(folder: str | os.PathLike, tokenizer) -> Path:
     from transformers import GenerationConfig
 
     config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
     )
     config.save_pretrained(folder)
     return Path(folder) / "generation_config.json"
 
 
-REQUIRED_CONFIG_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+REQUIRED_CONFIG_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                        "num_attention_heads")
 
 
 def read_config(folder: str | os.PathLike) -> dict:
@@ -352,7 +397,8 @@ def read_config(folder: str | os.PathLike) -> dict:
     except json.JSONDecodeError as exc:
         raise CheckpointError(f"{path} is not valid JSON ({exc})") from exc
     if not isinstance(config, dict):
-        raise CheckpointError(f"{path} must hold a JSON object (a LlamaConfig), got a {type(config).__name__}")
+        raise CheckpointError(f"{path} must hold a JSON object (a LlamaConfig), got a "
+                              f"{type(config).__name__}")
     missing = [key for key in REQUIRED_CONFIG_KEYS if key not in config]
     if missing:
         raise CheckpointError(f"{path} lacks {missing}, which a Llama config must give")
@@ -431,7 +477,8 @@ def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu
             require_checksum(folder, value_file.name, checksums)
         model.add_value_head()
         try:
-            model.value_head.load_state_dict(load_tensors(value_file, checksums.get("value_head.safetensors")))
+            model.value_head.load_state_dict(
+                load_tensors(value_file, checksums.get("value_head.safetensors")))
         except RuntimeError as exc:
             raise CheckpointError(f"{value_file} is corrupt or does not match ({exc})") from exc
     return model.to(device).eval()

@@ -89,7 +89,8 @@ class StaticCache:
         check_number("max_len", max_len, low=1, integer=True)
         shape = (batch_size, config.num_key_value_heads, max_len, config.head_dim)
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
-        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
+        self.values = [torch.zeros(shape, device=device,
+                                   dtype=dtype) for _ in range(config.num_hidden_layers)]
         self.max_len = max_len
         self.length = 0  # positions filled in every layer
         self._num_layers = config.num_hidden_layers

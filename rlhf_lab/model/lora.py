@@ -21,7 +21,8 @@ from ..util.validation import check_number
 LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-def add_lora(model, r: int = 16, alpha: float = 32.0, target_modules=LORA_TARGET_MODULES, dropout: float = 0.0):
+def add_lora(model, r: int = 16, alpha: float = 32.0, target_modules=LORA_TARGET_MODULES,
+             dropout: float = 0.0):
     """Wrap `model` with LoRA adapters of rank r on `target_modules` (peft's `LoraModel`); the base
     weights are frozen. The result is called like the model and has its `.config` and `.device`."""
     from peft import LoraConfig, LoraModel

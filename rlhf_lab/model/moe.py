@@ -2,8 +2,9 @@
 
     x (B, T, C) -> router logits z = x W_gate^T                       (B, T, E)   E experts
                 -> p = softmax(z) in float32; keep the top k of p     (B, T, k)   expert_indices
-                -> w = p at those k, renormalised to sum to 1         (Mixtral always; Qwen3-MoE if norm_topk_prob)
-                -> y = sum_j w_j * expert_{i_j}(x),  expert_e(x) = down_e( silu(gate_e(x)) * up_e(x) )   (SwiGLU)
+                -> w = p at those k, renormalised to sum to 1   (Mixtral always; Qwen3-MoE if norm_topk_prob)
+                -> y = sum_j w_j * expert_{i_j}(x)
+                   expert_e(x) = down_e( silu(gate_e(x)) * up_e(x) )   (SwiGLU)
 
 Only k of the E experts contribute to a token: the model holds E experts' parameters but each token
 pays for k ("active parameters"). Parameter names and layouts are transformers 5.x's
@@ -41,7 +42,8 @@ class Experts(nn.Module):
         super().__init__()
         self.num_experts = num_experts
         self.intermediate_size = intermediate_size
-        self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * intermediate_size, hidden_size))  # (E, 2I, C)
+        # (E, 2I, C)
+        self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * intermediate_size, hidden_size))
         self.down_proj = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size))  # (E, C, I)
 
     def reset_parameters(self, std: float) -> None:
@@ -86,7 +88,8 @@ class SparseMoeBlock(nn.Module):
         """The router alone: (router_logits (..., E) float32, expert_indices (..., k), weights (..., k)).
 
         With `expert_indices` given (routing replay) those experts are kept instead of the top-k."""
-        router_logits = self.gate(x).float()  # (..., E) as in transformers: the linear in x's dtype, then float32
+        # (..., E) as in transformers: the linear in x's dtype, then float32
+        router_logits = self.gate(x).float()
         probs = torch.softmax(router_logits, dim=-1)  # p_e = exp(z_e) / sum_e' exp(z_e')
         if expert_indices is None:
             expert_indices = torch.topk(probs, self.top_k, dim=-1).indices  # (..., k), largest p first
@@ -107,11 +110,15 @@ class SparseMoeBlock(nn.Module):
 def check_expert_indices(expert_indices, shape: tuple, num_experts: int) -> None:
     """Routing replay's indices must be a long tensor of `shape` (B, T, k) with values in [0, num_experts)."""
     if not isinstance(expert_indices, torch.Tensor) or expert_indices.dtype != torch.long:
-        raise ValueError(f"expert_indices must hold long tensors of shape (B, T, k), got {type(expert_indices).__name__}"
-                         f"{'' if not isinstance(expert_indices, torch.Tensor) else ' of dtype ' + str(expert_indices.dtype)}")
+        raise ValueError(
+            f"expert_indices must hold long tensors of shape (B, T, k), got {type(expert_indices).__name__}"
+            f"{' of dtype ' + str(expert_indices.dtype) if isinstance(expert_indices, torch.Tensor) else ''}"
+        )
     if tuple(expert_indices.shape) != tuple(shape):
-        raise ValueError(f"expert_indices: each tensor must have shape (B, T, num_experts_per_tok) = {tuple(shape)}, "
-                         f"got {tuple(expert_indices.shape)}")
+        raise ValueError(
+            f"expert_indices: each tensor must have shape (B, T, num_experts_per_tok) = {tuple(shape)}, "
+            f"got {tuple(expert_indices.shape)}"
+        )
     if expert_indices.numel() and (int(expert_indices.min()) < 0 or int(expert_indices.max()) >= num_experts):
         raise ValueError(f"expert_indices must lie in [0, num_local_experts) = [0, {num_experts}), "
                          f"got values in [{int(expert_indices.min())}, {int(expert_indices.max())}]")
@@ -130,7 +137,8 @@ def _rows(router_logits, attention_mask):
     return logits, mask
 
 
-def load_balancing_loss(router_logits, num_experts: int, top_k: int, attention_mask: torch.Tensor | None = None):
+def load_balancing_loss(router_logits, num_experts: int, top_k: int,
+                        attention_mask: torch.Tensor | None = None):
     """Switch Transformer's load-balancing loss, as transformers' `load_balancing_loss_func` computes it.
 
     router_logits: a tuple with one (B, T, E) or (B*T, E) tensor per MoE layer; attention_mask (B, T)
@@ -138,7 +146,8 @@ def load_balancing_loss(router_logits, num_experts: int, top_k: int, attention_m
     """
     logits, mask = _rows(router_logits, attention_mask)  # (L, N, E), (N,)
     probs = torch.softmax(logits, dim=-1)
-    chosen = F.one_hot(torch.topk(probs, top_k, dim=-1).indices, num_experts).sum(-2).float()  # (L, N, E) in {0, 1}
+    # (L, N, E) in {0, 1}: which experts each token's top-k chose
+    chosen = F.one_hot(torch.topk(probs, top_k, dim=-1).indices, num_experts).sum(-2).float()
     rows = mask.sum() * logits.shape[0]  # real tokens x layers
     f = (chosen * mask[:, None]).sum((0, 1)) / rows  # (E,) assignments per token routed to e (sums to k)
     P = (probs * mask[:, None]).sum((0, 1)) / rows  # (E,) mean probability of e (sums to 1)

@@ -79,5 +79,6 @@ def accuracy_ceiling(agreement: float) -> float:
     """The accuracy q of one annotator against the true preference implied by a pairwise agreement
     p_o = q^2 + (1 - q)^2 of two equally reliable, independent annotators: q = (1 + sqrt(2 p_o - 1)) / 2.
     A reward model predicting that annotator's held-out labels cannot expect more than q."""
-    check_number("agreement", agreement, low=0.5, high=1.0)  # below 0.5 two binary raters agree less than chance
+    # below 0.5 two binary raters agree less than chance
+    check_number("agreement", agreement, low=0.5, high=1.0)
     return (1 + math.sqrt(2 * agreement - 1)) / 2

@@ -52,7 +52,8 @@ class Annotator(Validated):
         return gold_reward(prompt, completion, answer, finished) + self.length_bias * len(completion)
 
     def describe(self) -> str:
-        return f"{self.name}: flips {self.flip_rate:.0%} of labels, +{self.length_bias:g} utility per character"
+        return (f"{self.name}: flips {self.flip_rate:.0%} of labels, "
+                f"+{self.length_bias:g} utility per character")
 
     def label(self, comparisons: Sequence, data_seed: int = 0) -> list[int]:
         """1 where this rater prefers the first completion of a comparison, else 0.

@@ -35,7 +35,8 @@ from ..util.validation import Validated, check_choice, check_number, setting
 from .annotators import DEFAULT_ANNOTATORS, Annotator
 from .gold import gold_reward
 
-PREFERENCE_DIR = Path(os.environ.get("RLHF_LAB_PREFERENCES", Path(__file__).resolve().parents[2] / "data" / "preferences"))
+PREFERENCE_DIR = Path(os.environ.get("RLHF_LAB_PREFERENCES",
+                                     Path(__file__).resolve().parents[2] / "data" / "preferences"))
 SPLITS = ("train", "validation", "test")
 DEFAULT_SIZES = {"train": 2000, "validation": 500, "test": 500}
 DEFAULT_SEED = 0
@@ -127,17 +128,26 @@ class PreferencePair(Validated):
         if source == "gold":
             return self.gold_label
         if source not in self.votes:
-            raise ValueError(f"label source must be one of {LABEL_SOURCES + tuple(self.votes)}, got {source!r}")
+            raise ValueError(f"label source must be one of {LABEL_SOURCES + tuple(self.votes)}, got "
+                             f"{source!r}")
         return self.votes[source]
 
     def swapped(self) -> PreferencePair:
         """The same pair with chosen and rejected exchanged (votes inverted)."""
         return PreferencePair(
-            prompt=self.prompt, answer=self.answer, chosen=self.rejected, rejected=self.chosen,
-            chosen_finished=self.rejected_finished, rejected_finished=self.chosen_finished,
-            chosen_source=self.rejected_source, rejected_source=self.chosen_source,
+            prompt=self.prompt,
+            answer=self.answer,
+            chosen=self.rejected,
+            rejected=self.chosen,
+            chosen_finished=self.rejected_finished,
+            rejected_finished=self.chosen_finished,
+            chosen_source=self.rejected_source,
+            rejected_source=self.chosen_source,
             votes={name: 1 - vote for name, vote in self.votes.items()},
-            gold_chosen=self.gold_rejected, gold_rejected=self.gold_chosen, chosen_first=not self.chosen_first)
+            gold_chosen=self.gold_rejected,
+            gold_rejected=self.gold_chosen,
+            chosen_first=not self.chosen_first,
+        )
 
     def as_comparison(self) -> Comparison:
         """The unlabelled comparison, in the order it was shown (relabel it with `label_comparisons`)."""
@@ -175,14 +185,16 @@ def first_labels(pairs: Sequence[PreferencePair]) -> dict[str, list[int]]:
     """Each annotator's labels in presentation order: 1 where it preferred the completion shown
     first. What `cohen_kappa` and `fleiss_kappa` should be given."""
     names = list(pairs[0].votes) if pairs else []
-    return {name: [vote if p.chosen_first else 1 - vote for p in pairs for vote in (p.votes[name],)] for name in names}
+    return {name: [
+        vote if p.chosen_first else 1 - vote for p in pairs for vote in (p.votes[name], )] for name in names}
 
 
 def _decode(tokenizer, rows: list[list[int]]) -> list[tuple[str, bool]]:
     return [tokenizer.decode_until_eos(row) for row in rows]
 
 
-def make_comparisons(seed: int = DEFAULT_SEED, n: int = 100, sources: Sequence[CompletionSource] = DEFAULT_SOURCES,
+def make_comparisons(seed: int = DEFAULT_SEED, n: int = 100,
+                     sources: Sequence[CompletionSource] = DEFAULT_SOURCES,
                      task: str = "addition", task_params: dict | None = None) -> list[Comparison]:
     """n comparisons on n distinct training prompts; each side from a source drawn uniformly.
 
@@ -223,8 +235,18 @@ def make_comparisons(seed: int = DEFAULT_SEED, n: int = 100, sources: Sequence[C
             (first, first_finished), (second, second_finished) = texts[(i, 0)], texts[(i, 1)]
             if (first, first_finished) == (second, second_finished):
                 continue
-            comparisons.append(Comparison(example.prompt, example.answer, first, second, first_finished,
-                                          second_finished, sources[sides[i][0]].name, sources[sides[i][1]].name))
+            comparisons.append(
+                Comparison(
+                    example.prompt,
+                    example.answer,
+                    first,
+                    second,
+                    first_finished,
+                    second_finished,
+                    sources[sides[i][0]].name,
+                    sources[sides[i][1]].name,
+                )
+            )
             if len(comparisons) == n:
                 break
         round_ += 1
@@ -235,7 +257,8 @@ def label_comparisons(comparisons: Sequence[Comparison], annotators: Sequence[An
                       seed: int = DEFAULT_SEED) -> list[PreferencePair]:
     """Every annotator labels every comparison; the majority decides `chosen` (an odd panel never ties)."""
     if not annotators or len(annotators) % 2 == 0:
-        raise ValueError(f"annotators must be an odd number (>= 1) of Annotators for a majority, got {len(annotators)}")
+        raise ValueError("annotators must be an odd number (>= 1) of Annotators for a majority, got "
+                         f"{len(annotators)}")
     names = [a.name for a in annotators]
     if len(set(names)) != len(names):
         raise ValueError(f"annotator names must be distinct, got {names}")
@@ -246,13 +269,26 @@ def label_comparisons(comparisons: Sequence[Comparison], annotators: Sequence[An
         first_wins = 2 * sum(votes.values()) > len(annotators)
         gold_first = gold_reward(c.prompt, c.first, c.answer, c.first_finished)
         gold_second = gold_reward(c.prompt, c.second, c.answer, c.second_finished)
-        pair = PreferencePair(c.prompt, c.answer, c.first, c.second, c.first_finished, c.second_finished,
-                              c.first_source, c.second_source, votes, gold_first, gold_second, chosen_first=True)
+        pair = PreferencePair(
+            c.prompt,
+            c.answer,
+            c.first,
+            c.second,
+            c.first_finished,
+            c.second_finished,
+            c.first_source,
+            c.second_source,
+            votes,
+            gold_first,
+            gold_second,
+            chosen_first=True,
+        )
         pairs.append(pair if first_wins else pair.swapped())
     return pairs
 
 
-def make_preference_data(seed: int = DEFAULT_SEED, n: int = 100, annotators: Sequence[Annotator] = DEFAULT_ANNOTATORS,
+def make_preference_data(seed: int = DEFAULT_SEED, n: int = 100,
+                         annotators: Sequence[Annotator] = DEFAULT_ANNOTATORS,
                          sources: Sequence[CompletionSource] = DEFAULT_SOURCES) -> list[PreferencePair]:
     """n labelled pairs, deterministic from `seed`: `make_comparisons` then `label_comparisons`."""
     return label_comparisons(make_comparisons(seed, n, sources), annotators, seed)
@@ -273,13 +309,16 @@ def read_preferences(path: str | os.PathLike) -> list[PreferencePair]:
     return read_records(path, PreferencePair.from_json, "a preference pair")
 
 
-def load_preferences(split: str = "train", folder: str | os.PathLike = PREFERENCE_DIR) -> list[PreferencePair]:
+def load_preferences(split: str = "train",
+                     folder: str | os.PathLike = PREFERENCE_DIR) -> list[PreferencePair]:
     """The shipped pairs of one split: "train", "validation" or "test" (data/preferences/DATASHEET.md)."""
     check_choice("split", split, SPLITS)
     path = Path(folder) / f"{split}.jsonl"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found; regenerate it with "
-                                "`python -c 'from rlhf_lab.preferences import write_preference_data; write_preference_data()'`")
+        raise FileNotFoundError(
+            f"{path} not found; regenerate it with "
+            "`python -c 'from rlhf_lab.preferences import write_preference_data; write_preference_data()'`"
+        )
     return read_preferences(path)
 
 
@@ -317,7 +356,8 @@ def agreement_table(pairs: Sequence[PreferencePair]) -> tuple[dict[tuple[str, st
 
 
 def gold_agreement(pairs: Sequence[PreferencePair], source: str = "majority") -> float:
-    """Fraction of the pairs without a gold tie on which `source` (the majority or an annotator) agrees with the gold."""
+    """Fraction of the pairs without a gold tie on which `source` (the majority or an annotator) agrees
+    with the gold."""
     decided = [p for p in pairs if p.gold_label is not None]
     return sum(p.label(source) == p.gold_label for p in decided) / len(decided)
 
@@ -327,7 +367,8 @@ def write_datasheet(folder: str | os.PathLike = PREFERENCE_DIR) -> Path:
     computed here, so regenerating the data regenerates the sheet."""
     folder = Path(folder)
     manifest = json.loads((folder / "manifest.json").read_text())
-    splits = {split: read_preferences(folder / f"{split}.jsonl") for split in SPLITS if (folder / f"{split}.jsonl").is_file()}
+    files = {split: folder / f"{split}.jsonl" for split in SPLITS}
+    splits = {split: read_preferences(path) for split, path in files.items() if path.is_file()}
     train = splits["train"]
     pairwise, fleiss = agreement_table(train)
     lengths = [len(c) - len(p.answer) for p in train for c in (p.chosen, p.rejected)]
@@ -352,21 +393,26 @@ def write_datasheet(folder: str | os.PathLike = PREFERENCE_DIR) -> Path:
         "| --- | --- | ---: | ---: | ---: |",
     ]
     for s in manifest["sources"]:
-        lines.append(f"| `{s['name']}` | `{s['checkpoint']}` | {s['temperature']:g} | {s['min_new_tokens']} tokens | {s['weight']:g} |")
+        lines.append(f"| `{s['name']}` | `{s['checkpoint']}` | {s['temperature']:g} | {s['min_new_tokens']} "
+                     f"tokens | {s['weight']:g} |")
     lines += [
         "",
-        "- **Gold** (`gold.py`, plays the human as in Gao et al. 2022): 0.5 * exact answer + 0.5 * digit credit,",
+        "- **Gold** (`gold.py`, plays the human as in Gao et al. 2022): 0.5 * exact answer + 0.5 * digit "
+        "credit,",
         "  where digit credit divides by the longer of answer and completion, so extra characters cost.",
-        "- **Annotators** (`annotators.py`): utility = gold + length_bias * characters for a finished completion",
+        "- **Annotators** (`annotators.py`): utility = gold + length_bias * characters for a finished "
+        "completion",
         "  (0 for one cut off before EOS); prefer the higher,",
-        "  then flip with the flip rate. Three of five prefer longer answers (verbosity bias, Singhal et al. 2023).",
+        "  then flip with the flip rate. Three of five prefer longer answers (verbosity bias, Singhal et "
+        "al. 2023).",
         "  `chosen` is the majority's pick.",
         "",
         "| annotator | flip rate | length bias (per character) | agrees with gold (train) |",
         "| --- | ---: | ---: | ---: |",
     ]
     for a in manifest["annotators"]:
-        lines.append(f"| `{a['name']}` | {a['flip_rate']:.2f} | {a['length_bias']:.2f} | {gold_agreement(train, a['name']):.1%} |")
+        lines.append(f"| `{a['name']}` | {a['flip_rate']:.2f} | {a['length_bias']:.2f} | "
+                     f"{gold_agreement(train, a['name']):.1%} |")
     lines += [
         f"| majority | | | {gold_agreement(train, 'majority'):.1%} |",
         "",
@@ -378,10 +424,12 @@ def write_datasheet(folder: str | os.PathLike = PREFERENCE_DIR) -> Path:
     for split, pairs in splits.items():
         unequal = [p for p in pairs if len(p.chosen) != len(p.rejected)]
         longer = sum(len(p.chosen) > len(p.rejected) for p in unequal) / max(len(unequal), 1)
-        lines.append(f"| {split} | {len(pairs)} | {sum(p.gold_label is None for p in pairs)} | {longer:.1%} |")
+        lines.append(f"| {split} | {len(pairs)} | {sum(p.gold_label is None for p in pairs)} | {longer:.1%} "
+                     "|")
     lines += [
         "",
-        f"Completion length minus answer length (train, both sides): mean {sum(lengths) / len(lengths):.2f} characters; "
+        f"Completion length minus answer length (train, both sides): mean {sum(lengths) / len(lengths):.2f} "
+        "characters; "
         f"{sum(x > 0 for x in lengths) / len(lengths):.1%} of completions are longer than the answer. "
         f"{len(differ)} of {len(train)} training pairs differ in length.",
         "",
@@ -396,8 +444,10 @@ def write_datasheet(folder: str | os.PathLike = PREFERENCE_DIR) -> Path:
         "",
         f"Fleiss' kappa of the five: {fleiss:.3f}.",
         "",
-        "Fields of each JSON line: `prompt`, `answer`, `chosen`, `rejected`, `chosen_finished`, `rejected_finished`,",
-        "`chosen_source`, `rejected_source`, `votes` (annotator -> 1 if it preferred `chosen`), `gold_chosen`,",
+        "Fields of each JSON line: `prompt`, `answer`, `chosen`, `rejected`, `chosen_finished`, "
+        "`rejected_finished`,",
+        "`chosen_source`, `rejected_source`, `votes` (annotator -> 1 if it preferred `chosen`), "
+        "`gold_chosen`,",
         "`gold_rejected`, `chosen_first` (which side was shown first).",
         "",
     ]

@@ -17,7 +17,8 @@ Names are TRL's DPOTrainer / DPOConfig ones (`beta`, `loss_type`, `label_smoothi
 
 Which log-probabilities IPO uses: the IPO paper writes sums over tokens, as DPO does; TRL's
 `loss_type="ipo"` divides each completion's summed log-prob by its number of tokens before forming h
-(`DPOTrainer.concatenated_forward` in trl/trainer/dpo_trainer.py, TRL main branch, 2025). The lab follows TRL: with loss_type="ipo" the
+(`DPOTrainer.concatenated_forward` in trl/trainer/dpo_trainer.py, TRL main branch, 2025). The lab follows TRL:
+with loss_type="ipo" the
 trainer averages over completion tokens (and so do its implicit rewards); `ipo_loss` itself takes
 whatever log-probs it is given. The `logps/*` metrics are always the summed log-probs: the
 log-probability of the whole completion.
@@ -93,7 +94,8 @@ def implicit_rewards(policy_logps: torch.Tensor, ref_logps: torch.Tensor, beta: 
 
 
 def ipo_loss(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Tensor,
-             ref_chosen_logps: torch.Tensor, ref_rejected_logps: torch.Tensor, beta: float = 0.1) -> torch.Tensor:
+             ref_chosen_logps: torch.Tensor, ref_rejected_logps: torch.Tensor,
+             beta: float = 0.1) -> torch.Tensor:
     """IPO's loss per pair, (B,): (h - 1 / (2 beta))^2 (Azar et al. 2023, eq. 17; beta is their tau).
 
     A squared loss with a finite target: h is pulled to 1/(2 beta) and no further, where DPO's
@@ -120,7 +122,8 @@ def dpo_loss(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Ten
     """
     check_loss_settings(beta, loss_type, label_smoothing)
     if loss_type == "ipo":
-        return ipo_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, beta)
+        return ipo_loss(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps,
+                        beta)
     h = preference_logits(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps)
     eps = label_smoothing
     # -(1 - eps) log sigmoid(beta h) - eps log sigmoid(-beta h); logsigmoid is exact for large |beta h|
@@ -150,7 +153,8 @@ def encode_pairs(tokenizer, pairs: Sequence, device=None) -> Rollout:
     prompts, chosen, rejected = zip(*(pair_texts(p) for p in pairs))
     finished = ([bool(getattr(p, "chosen_finished", True)) for p in pairs]
                 + [bool(getattr(p, "rejected_finished", True)) for p in pairs])
-    return encode_rollout(tokenizer, list(prompts) * 2, list(chosen) + list(rejected), finished, device=device)
+    return encode_rollout(tokenizer, list(prompts) * 2, list(chosen) + list(rejected), finished,
+                          device=device)
 
 
 def sequence_logprobs(model, rollout: Rollout, chunk_size: int | None = None) -> torch.Tensor:
@@ -198,8 +202,16 @@ def sampled_kl(policy, ref_model, tokenizer, task, examples: Sequence, num_gener
     was_training = policy.training
     policy.eval()
     try:
-        rollout = sample_and_score(policy, tokenizer, examples, num_generations, sampling, lambda *args: 0.0, task,
-                                   torch.Generator(policy.device).manual_seed(seed))
+        rollout = sample_and_score(
+            policy,
+            tokenizer,
+            examples,
+            num_generations,
+            sampling,
+            lambda *args: 0.0,
+            task,
+            torch.Generator(policy.device).manual_seed(seed),
+        )
         kl = sequence_kl(policy, ref_model, rollout, temperature)
     finally:
         policy.train(was_training)
@@ -295,7 +307,8 @@ class DPOTrainer(SupervisedLoop):
     adam_betas = (0.9, 0.99)
     lr_schedule = "constant"
 
-    def __init__(self, config: DPOConfig, model=None, tokenizer=None, pairs: Sequence | None = None, judge=None,
+    def __init__(self, config: DPOConfig, model=None, tokenizer=None, pairs: Sequence | None = None,
+                 judge=None,
                  gold_fn=None, eval_pairs: Sequence | None = None, train_examples: Sequence | None = None,
                  eval_examples: Sequence | None = None, callbacks=()) -> None:
         self.config = config
@@ -310,8 +323,9 @@ class DPOTrainer(SupervisedLoop):
             if reward is not None:
                 check_reward_fn(reward, name)
         if not config.online and not pairs:
-            raise ValueError("pairs must hold at least one (prompt, chosen, rejected) pair when config.online "
-                             "is False")
+            raise ValueError(
+                "pairs must hold at least one (prompt, chosen, rejected) pair when config.online is False"
+            )
         self.tokenizer = tokenizer
         self.model = model.to(self.device).train()
         self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
@@ -430,16 +444,24 @@ class DPOTrainer(SupervisedLoop):
         if self.gold_fn is None:
             out = {"eval_accuracy": self.evaluate()}
         else:
-            correct, gold = greedy_scores(self.model, self.tokenizer, self.task, self.eval_examples, self.gold_fn,
-                                          self.max_completion_length)
+            correct, gold = greedy_scores(
+                self.model,
+                self.tokenizer,
+                self.task,
+                self.eval_examples,
+                self.gold_fn,
+                self.max_completion_length,
+            )
             out = {"eval_accuracy": correct.mean().item(), "eval_gold_reward": gold.mean().item()}
         if self.eval_rollout is not None:
-            out.update({f"eval_{k}": v for k, v in self.pair_metrics(self.eval_rollout, self.eval_ref_logps).items()})
+            out.update({f"eval_{k}": v for k, v in self.pair_metrics(
+                self.eval_rollout, self.eval_ref_logps).items()})
         return out
 
     def start_row(self) -> dict:
         # eval_every = 0: no evaluation at all, not even before training (as SFT)
-        return {"step": 0, "wall_time": 0.0, **(self.evaluation() if self.config.eval_every else {"eval_accuracy": math.nan})}
+        return {"step": 0, "wall_time": 0.0,
+                **(self.evaluation() if self.config.eval_every else {"eval_accuracy": math.nan})}
 
     def save(self, folder):
         """The policy as a Hugging Face folder plus history.csv beside it."""
@@ -464,12 +486,21 @@ class DPOTrainer(SupervisedLoop):
     def online_batch(self) -> tuple[Rollout, torch.Tensor]:
         """Fresh pairs: two samples per prompt from the current policy, the judge's higher-scored one
         chosen; pairs the judge scores equal are dropped. Returns (rollout of 2B' rows, pi_ref log-probs)."""
-        index = torch.randint(len(self.train_examples), (self.config.batch_size,), generator=self.batch_generator)
+        index = torch.randint(len(self.train_examples), (self.config.batch_size,),
+                              generator=self.batch_generator)
         examples = [self.train_examples[i] for i in index.tolist()]
         self.model.eval()
         try:
-            samples = sample_and_score(self.model, self.tokenizer, examples, 2, self.sampling, self.judge, self.task,
-                                       self.sample_generator)  # rows 2b, 2b + 1 answer prompt b
+            samples = sample_and_score(
+                self.model,
+                self.tokenizer,
+                examples,
+                2,
+                self.sampling,
+                self.judge,
+                self.task,
+                self.sample_generator,
+            )  # rows 2b, 2b + 1 answer prompt b
         finally:
             self.model.train()
         scores = samples.rewards.view(-1, 2)
@@ -500,10 +531,12 @@ class DPOTrainer(SupervisedLoop):
         if B == 0:  # online, every pair a tie: nothing to learn from this step
             self.step = step
             self.train_time += time.perf_counter() - t0
-            return {**row, "wall_time": self.train_time, "step_time": time.perf_counter() - t0, "loss": math.nan}
+            return {**row, "wall_time": self.train_time, "step_time": time.perf_counter() - t0,
+                    "loss": math.nan}
         logps = sequence_logprobs(self.model, batch)  # (2B,) with gradient
         policy, ref = self.loss_inputs(logps, ref_logps, batch.lengths)
-        loss = dpo_loss(policy[:B], policy[B:], ref[:B], ref[B:], c.beta, c.loss_type, c.label_smoothing).mean()
+        loss = dpo_loss(policy[:B], policy[B:], ref[:B], ref[B:], c.beta, c.loss_type,
+                        c.label_smoothing).mean()
         grad_norm = backward_and_step(loss, self.optimizer, self.model.parameters(), c.max_grad_norm, step,
                                       c.loss_type.replace("sigmoid", "dpo").upper())
         step_time = time.perf_counter() - t0
@@ -511,9 +544,16 @@ class DPOTrainer(SupervisedLoop):
         self.train_time += step_time
         rewards = implicit_rewards(policy.detach(), ref, c.beta)  # (2B,) as the loss saw them
         chosen, rejected = rewards[:B], rewards[B:]
-        return {**row, "wall_time": self.train_time, "step_time": step_time, "loss": loss.item(),
-                "rewards/chosen": chosen.mean().item(), "rewards/rejected": rejected.mean().item(),
-                "rewards/margins": (chosen - rejected).mean().item(),
-                "rewards/accuracies": (chosen > rejected).float().mean().item(),
-                "logps/chosen": logps[:B].detach().mean().item(), "logps/rejected": logps[B:].detach().mean().item(),
-                "grad_norm": grad_norm}
+        return {
+            **row,
+            "wall_time": self.train_time,
+            "step_time": step_time,
+            "loss": loss.item(),
+            "rewards/chosen": chosen.mean().item(),
+            "rewards/rejected": rejected.mean().item(),
+            "rewards/margins": (chosen - rejected).mean().item(),
+            "rewards/accuracies": (chosen > rejected).float().mean().item(),
+            "logps/chosen": logps[:B].detach().mean().item(),
+            "logps/rejected": logps[B:].detach().mean().item(),
+            "grad_norm": grad_norm,
+        }

@@ -52,9 +52,25 @@ from ..util.device import autocast
 from ..util.validation import check_choice, check_number
 
 __all__ = [
-    "FIT_FORMS", "BestOfNPool", "GaoFit", "GoldEarlyStopping", "PolicyMeasurement", "RewardTracker",
-    "StepTimeBreakdown", "TimedReward", "best_of_n", "best_of_n_curve", "best_of_n_kl", "best_of_n_kl_bound", "best_of_n_pool",
-    "completion_texts", "fit_gao", "measure_policy", "sample_proxy_and_gold", "sampled_best_of_n_kl", "sequence_kl",
+    "FIT_FORMS",
+    "BestOfNPool",
+    "GaoFit",
+    "GoldEarlyStopping",
+    "PolicyMeasurement",
+    "RewardTracker",
+    "StepTimeBreakdown",
+    "TimedReward",
+    "best_of_n",
+    "best_of_n_curve",
+    "best_of_n_kl",
+    "best_of_n_kl_bound",
+    "best_of_n_pool",
+    "completion_texts",
+    "fit_gao",
+    "measure_policy",
+    "sample_proxy_and_gold",
+    "sampled_best_of_n_kl",
+    "sequence_kl",
 ]
 
 FIT_FORMS = ("bon", "rl")
@@ -174,7 +190,8 @@ class PolicyMeasurement:
     finished: float  # fraction that emitted EOS
     completions: list[str] = field(repr=False, default_factory=list)  # (N,) prompt-major
     prompts: list[str] = field(repr=False, default_factory=list)
-    gold_scores: torch.Tensor = field(repr=False, default_factory=lambda: torch.zeros(0))  # (N,) each completion's gold
+    # (N,) each completion's gold
+    gold_scores: torch.Tensor = field(repr=False, default_factory=lambda: torch.zeros(0))
 
     @property
     def d(self) -> float:
@@ -182,9 +199,18 @@ class PolicyMeasurement:
         return math.sqrt(max(self.kl, 0.0))
 
     def row(self) -> dict:
-        return {"kl": self.kl, "kl_se": self.kl_se, "d": self.d, "proxy": self.proxy, "proxy_se": self.proxy_se,
-                "gold": self.gold, "gold_se": self.gold_se, "accuracy": self.accuracy, "length": self.length,
-                "finished": self.finished}
+        return {
+            "kl": self.kl,
+            "kl_se": self.kl_se,
+            "d": self.d,
+            "proxy": self.proxy,
+            "proxy_se": self.proxy_se,
+            "gold": self.gold,
+            "gold_se": self.gold_se,
+            "accuracy": self.accuracy,
+            "length": self.length,
+            "finished": self.finished,
+        }
 
 
 @torch.no_grad()
@@ -201,7 +227,8 @@ def sample_proxy_and_gold(policy, tokenizer, task, examples: Sequence, proxy, go
         sampling = SamplingConfig(do_sample=True, temperature=temperature,
                                   max_new_tokens=max_new_tokens or completion_budget(examples))
         generator = torch.Generator(policy.device).manual_seed(seed)
-        rollout = sample_and_score(policy, tokenizer, examples, num_generations, sampling, proxy, task, generator)
+        rollout = sample_and_score(policy, tokenizer, examples, num_generations, sampling, proxy, task,
+                                   generator)
     finally:
         policy.train(was_training)
     texts = completion_texts(tokenizer, rollout)
@@ -211,16 +238,18 @@ def sample_proxy_and_gold(policy, tokenizer, task, examples: Sequence, proxy, go
 
 
 @torch.no_grad()
-def measure_policy(policy, ref_model, tokenizer, task, examples: Sequence, proxy, gold, num_generations: int = 4,
-                   temperature: float = 1.0, max_new_tokens: int | None = None, seed: int = 0) -> PolicyMeasurement:
+def measure_policy(policy, ref_model, tokenizer, task, examples: Sequence, proxy, gold,
+                   num_generations: int = 4, temperature: float = 1.0, max_new_tokens: int | None = None,
+                   seed: int = 0) -> PolicyMeasurement:
     """Sample `num_generations` completions per example from `policy` and measure the proxy reward,
     the gold reward, the exact-match accuracy and KL(policy || ref_model) on them.
 
     The same seed at every call gives common random numbers: two policies measured with the same
     seed differ by what they learned, less by sampling noise."""
     check_number("num_generations", num_generations, low=1, integer=True)
-    rollout, texts, gold_scores = sample_proxy_and_gold(policy, tokenizer, task, examples, proxy, gold, num_generations,
-                                                        temperature, max_new_tokens, seed)
+    rollout, texts, gold_scores = sample_proxy_and_gold(
+        policy, tokenizer, task, examples, proxy, gold, num_generations, temperature, max_new_tokens, seed
+    )
     kl = sequence_kl(policy, ref_model, rollout, temperature).cpu()
     prompts = [e.prompt for e in rollout.examples]
     n = len(examples)
@@ -228,9 +257,18 @@ def measure_policy(policy, ref_model, tokenizer, task, examples: Sequence, proxy
     proxy_mean, proxy_se = _mean_and_se(rollout.rewards.cpu(), n)
     gold_mean, gold_se = _mean_and_se(gold_scores, n)
     return PolicyMeasurement(
-        kl=kl_mean, kl_se=kl_se, proxy=proxy_mean, proxy_se=proxy_se, gold=gold_mean, gold_se=gold_se,
-        accuracy=float(rollout.correct.mean()), length=float(rollout.lengths.float().mean()),
-        finished=float(rollout.finished.float().mean()), completions=texts, prompts=prompts, gold_scores=gold_scores,
+        kl=kl_mean,
+        kl_se=kl_se,
+        proxy=proxy_mean,
+        proxy_se=proxy_se,
+        gold=gold_mean,
+        gold_se=gold_se,
+        accuracy=float(rollout.correct.mean()),
+        length=float(rollout.lengths.float().mean()),
+        finished=float(rollout.finished.float().mean()),
+        completions=texts,
+        prompts=prompts,
+        gold_scores=gold_scores,
     )
 
 
@@ -259,8 +297,9 @@ def best_of_n_pool(policy, tokenizer, task, examples: Sequence, proxy, gold, poo
     """Sample a pool of `pool_size` completions per example and score every one with the proxy (in
     one batch) and the gold reward."""
     check_number("pool_size", pool_size, low=1, integer=True)
-    rollout, texts, gold_scores = sample_proxy_and_gold(policy, tokenizer, task, examples, proxy, gold, pool_size,
-                                                        temperature, max_new_tokens, seed)
+    rollout, texts, gold_scores = sample_proxy_and_gold(
+        policy, tokenizer, task, examples, proxy, gold, pool_size, temperature, max_new_tokens, seed
+    )
     shape = (len(examples), pool_size)
     return BestOfNPool(
         prompts=[e.prompt for e in examples],
@@ -311,7 +350,8 @@ def best_of_n_curve(pool: BestOfNPool, ns: Sequence[int]) -> pd.DataFrame:
         kl = best_of_n_kl(pool.proxy, n)
         proxy_mean, proxy_se = _mean_and_se(proxy, P)  # one value per prompt
         gold_mean, gold_se = _mean_and_se(gold, P)
-        # the gain over n = 1 is paired (same prompts, same pool): its SE is that of the per-prompt differences
+        # the gain over n = 1 is paired (same prompts, same pool): its SE is that of the per-prompt
+        # differences
         gain, gain_se = _mean_and_se(gold - gold_of_one, P)
         rows.append({"n": n, "kl": float(kl.mean()), "d": math.sqrt(max(float(kl.mean()), 0.0)),
                      "kl_bound": best_of_n_kl_bound(n), "proxy": proxy_mean, "proxy_se": proxy_se,
@@ -326,7 +366,8 @@ def best_of_n(policy, tokenizer, task, examples: Sequence, scorer, n: int, tempe
     batch, the top-scored one kept (the first of equal scores). Returns ((prompts,) completions,
     (prompts,) their scores)."""
     check_number("n", n, low=1, integer=True)
-    pool = best_of_n_pool(policy, tokenizer, task, examples, scorer, scorer, n, temperature, max_new_tokens, seed)
+    pool = best_of_n_pool(policy, tokenizer, task, examples, scorer, scorer, n, temperature, max_new_tokens,
+                          seed)
     top = pool.proxy.argmax(1)  # (prompts,)
     return [pool.completions[i][int(k)] for i, k in enumerate(top)], pool.proxy[torch.arange(len(top)), top]
 
@@ -346,7 +387,8 @@ class GaoFit:
 
     def __call__(self, d) -> np.ndarray:
         d = np.asarray(d, dtype=float)
-        return self.alpha * d - self.beta * _second_feature(self.form, d)  # d (alpha - beta d) or d (alpha - beta log d)
+        # d (alpha - beta d) or d (alpha - beta log d)
+        return self.alpha * d - self.beta * _second_feature(self.form, d)
 
     @property
     def peak_d(self) -> float:
@@ -355,7 +397,8 @@ class GaoFit:
             return math.inf
         if self.form == "bon":
             return self.alpha / (2 * self.beta)  # d/dd [alpha d - beta d^2] = 0
-        return math.exp(self.alpha / self.beta - 1)  # d/dd [alpha d - beta d log d] = alpha - beta (log d + 1) = 0
+        # d/dd [alpha d - beta d log d] = alpha - beta (log d + 1) = 0
+        return math.exp(self.alpha / self.beta - 1)
 
     @property
     def peak_value(self) -> float:
@@ -399,7 +442,8 @@ class RewardTracker(Callback):
     of held-out prompts: proxy reward, gold reward and d = sqrt(KL(pi || pi_init)), with standard
     errors (`measure_policy`). `history` is one row per measurement.
 
-    proxy: default the trainer's own reward (`trainer.reward_fn`, unwrapped from a `TimedReward`). examples: default the first
+    proxy: default the trainer's own reward (`trainer.reward_fn`, unwrapped from a `TimedReward`). examples:
+    default the first
     `num_prompts` of the trainer's held-out test split. pi_init is `trainer.ref_model`, the frozen
     copy of the policy the trainer started from."""
 
@@ -409,7 +453,8 @@ class RewardTracker(Callback):
         check_number("num_generations", num_generations, low=1, integer=True)
         check_number("every", every, low=1, integer=True)
         self.gold, self.proxy, self.examples = gold, proxy, examples
-        self.num_prompts, self.num_generations, self.every, self.seed = num_prompts, num_generations, every, seed
+        self.num_prompts, self.num_generations = num_prompts, num_generations
+        self.every, self.seed = every, seed
         self.rows: list[dict] = []
         self.completions: dict[int, list[str]] = {}  # step -> the completions measured there
         self.gold_scores: dict[int, torch.Tensor] = {}  # step -> (N,) their gold scores, prompt-major
@@ -419,10 +464,19 @@ class RewardTracker(Callback):
         proxy = self.proxy if self.proxy is not None else trainer.reward_fn
         if isinstance(proxy, TimedReward):  # measuring is not training: keep it out of the step's timing
             proxy = proxy.reward_fn
-        result = measure_policy(trainer.policy, trainer.ref_model, trainer.tokenizer, trainer.task, examples,
-                                proxy, self.gold,
-                                self.num_generations, trainer.config.temperature, trainer.max_completion_length,
-                                self.seed)
+        result = measure_policy(
+            trainer.policy,
+            trainer.ref_model,
+            trainer.tokenizer,
+            trainer.task,
+            examples,
+            proxy,
+            self.gold,
+            self.num_generations,
+            trainer.config.temperature,
+            trainer.max_completion_length,
+            self.seed,
+        )
         self.rows.append({"step": trainer.step, **result.row()})
         self.completions[trainer.step] = result.completions
         self.gold_scores[trainer.step] = result.gold_scores
@@ -436,7 +490,8 @@ class RewardTracker(Callback):
             if step not in self.gold_scores:
                 raise ValueError(f"no measurement at step {step}; measured steps: {sorted(self.gold_scores)}")
         change = self.gold_scores[to_step].double() - self.gold_scores[from_step].double()
-        return _mean_and_se(change, change.numel() // self.num_generations)  # prompt-major: G samples per prompt
+        # prompt-major: G samples per prompt
+        return _mean_and_se(change, change.numel() // self.num_generations)
 
     def on_train_begin(self, trainer) -> None:
         if not self.rows or self.rows[-1]["step"] != trainer.step:

@@ -130,30 +130,36 @@ class RewardModel(nn.Module):
         if not loglik:
             return score
         if completion_mask is None:
-            raise ValueError("readout 'last_token+loglik' needs the completion_mask (RewardModel.encode gives it)")
+            raise ValueError("readout 'last_token+loglik' needs the completion_mask "
+                             "(RewardModel.encode gives it)")
         T = completion_mask.shape[1]
         prompt_width = input_ids.shape[1] - T
-        logits = out.logits[:, prompt_width - 1: -1].float()  # (batch, T, vocab): position t-1 predicts token t
+        # (batch, T, vocab): position t-1 predicts token t
+        logits = out.logits[:, prompt_width - 1: -1].float()
         token_logp = torch.log_softmax(logits, dim=-1).gather(2, input_ids[:, prompt_width:, None]).squeeze(2)
         # mean over the completion's tokens (EOS included); an empty completion has mean 0
         mean_logp = (token_logp * completion_mask).sum(1) / completion_mask.sum(1).clamp(min=1)
         return score + self.loglik_weight * mean_logp  # v(h_last) + w * mean_t log p(y_t | x, y_<t)
 
-    def encode(self, prompts: Sequence[str], completions: Sequence[str], finished: Sequence[bool] | None = None):
+    def encode(self, prompts: Sequence[str], completions: Sequence[str],
+               finished: Sequence[bool] | None = None):
         """(input_ids (B, L), attention_mask (B, L), last_index (B,), completion_mask (B, T)):
         left-padded prompts with BOS, right-padded completions with EOS where finished (default:
         everywhere); the completion is the last T columns."""
         batch = encode_rollout(self.tokenizer, list(prompts), list(completions), finished, device=self.device)
         check_sequence_length(self.model.config, batch.input_ids.shape[1], "the longest prompt + completion")
-        last_index = batch.prompt_width + batch.completion_mask.sum(dim=1).long() - 1  # EOS, or the last prompt token
+        # EOS, or the last prompt token
+        last_index = batch.prompt_width + batch.completion_mask.sum(dim=1).long() - 1
         return batch.input_ids, batch.attention_mask, last_index, batch.completion_mask
 
-    def score(self, prompts: Sequence[str], completions: Sequence[str], finished: Sequence[bool] | None = None) -> torch.Tensor:
+    def score(self, prompts: Sequence[str], completions: Sequence[str],
+              finished: Sequence[bool] | None = None) -> torch.Tensor:
         """(batch,) float32 scores r(x, y) - offset, with gradients when the model is trainable."""
         return self(*self.encode(prompts, completions, finished)) - self.offset
 
     @torch.no_grad()
-    def score_batch(self, prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str] | None = None,
+    def score_batch(self, prompts: Sequence[str], completions: Sequence[str],
+                    answers: Sequence[str] | None = None,
                     finished: Sequence[bool] | None = None, batch_size: int = 512) -> list[float]:
         """Scores as floats, batched, without gradients: the interface `rl.Trainer(reward_fn=rm)` calls.
         `answers` is ignored (a reward model does not see the reference answer; it is in the
@@ -181,13 +187,20 @@ class RewardModel(nn.Module):
         return save_pretrained(self.model, folder, tokenizer=self.tokenizer, metadata=meta)
 
     @classmethod
-    def from_pretrained(cls, name: str | os.PathLike = SHIPPED_REWARD_MODEL, device: str = "cpu") -> RewardModel:
+    def from_pretrained(cls, name: str | os.PathLike = SHIPPED_REWARD_MODEL,
+                        device: str = "cpu") -> RewardModel:
         """A saved reward model: a shipped name ("reward_model", "reward_model_seed1", ...) or a folder."""
         model, tokenizer, meta = load_checkpoint(name, device=device)
         if model.value_head is None:
-            raise ValueError(f"{name!r} has no value_head.safetensors: it is a language model, not a reward model")
-        return cls(model, tokenizer, offset=meta.get("reward_offset", 0.0), readout=meta.get("readout", "last_token"),
-                   loglik_weight=meta.get("loglik_weight", 0.0))
+            raise ValueError(f"{name!r} has no value_head.safetensors: it is a language model, not a reward "
+                             "model")
+        return cls(
+            model,
+            tokenizer,
+            offset=meta.get("reward_offset", 0.0),
+            readout=meta.get("readout", "last_token"),
+            loglik_weight=meta.get("loglik_weight", 0.0),
+        )
 
 
 class RewardEnsemble:
@@ -199,7 +212,8 @@ class RewardEnsemble:
 
     AGGREGATES = ("mean", "min", "mean_minus_std")
 
-    def __init__(self, members: Sequence[RewardModel], aggregate: str = "mean", std_coef: float = 1.0) -> None:
+    def __init__(self, members: Sequence[RewardModel], aggregate: str = "mean",
+                 std_coef: float = 1.0) -> None:
         if len(members) == 0:
             raise ValueError("members must hold at least one RewardModel")
         check_choice("aggregate", aggregate, self.AGGREGATES)
@@ -312,9 +326,13 @@ class RewardTrainer(SupervisedLoop):
             train_pairs = train_pairs[: config.n_pairs]
         self.train_pairs = orient(train_pairs, config.label)
         if not self.train_pairs or not self.eval_pairs:
-            raise ValueError(f"need training and evaluation pairs, got {len(self.train_pairs)} and {len(self.eval_pairs)}")
-        self.model = model if model is not None else RewardModel.from_sft(config.init_checkpoint, device=str(self.device),
-                                                                           readout=config.readout)
+            raise ValueError(f"need training and evaluation pairs, got {len(self.train_pairs)} and "
+                             f"{len(self.eval_pairs)}")
+        self.model = (
+            model
+            if model is not None
+            else RewardModel.from_sft(config.init_checkpoint, device=str(self.device), readout=config.readout)
+        )
         self.model.to(self.device)
         # train_trunk=False: only the scalar head and w learn, the SFT model stays as it was. True sets every
         # parameter trainable again, also of a model a frozen-trunk run trained first (a linear probe, then
@@ -367,8 +385,11 @@ class RewardTrainer(SupervisedLoop):
         batch = [self.train_pairs[i] for i in index]
         n = len(batch)
         # chosen and rejected in one forward pass: rows 0..n-1 chosen, n..2n-1 rejected
-        scores = self.model.score([p.prompt for p in batch] * 2, [p.chosen for p in batch] + [p.rejected for p in batch],
-                                  [p.chosen_finished for p in batch] + [p.rejected_finished for p in batch])
+        scores = self.model.score(
+            [p.prompt for p in batch] * 2,
+            [p.chosen for p in batch] + [p.rejected for p in batch],
+            [p.chosen_finished for p in batch] + [p.rejected_finished for p in batch],
+        )
         chosen, rejected = scores[:n], scores[n:]
         loss = bradley_terry_loss(chosen, rejected, c.margin, c.center_rewards_coefficient)
         grad_norm = backward_and_step(loss, self.optimizer, self.model.parameters(), c.max_grad_norm, step,
@@ -393,8 +414,12 @@ def train_reward_model(config: RewardConfig, folder: str | os.PathLike | None = 
     save it there with its validation accuracies (against the majority and the gold) in the metadata."""
     from ..train.callbacks import ProgressBar
 
-    trainer = RewardTrainer(config, train_pairs=train_pairs, eval_pairs=eval_pairs,
-                            callbacks=[ProgressBar(desc=f"reward model seed {config.seed}")] if progress else [])
+    trainer = RewardTrainer(
+        config,
+        train_pairs=train_pairs,
+        eval_pairs=eval_pairs,
+        callbacks=[ProgressBar(desc=f"reward model seed {config.seed}")] if progress else [],
+    )
     history = trainer.train()
     if trainer.stop_reason in ("interrupted", "non_finite"):
         raise RuntimeError(f"reward-model training stopped: {trainer.stop_reason}; nothing saved")
@@ -421,7 +446,8 @@ def build_shipped_reward_models(out_dir: str | os.PathLike | None = None) -> lis
     return folders
 
 
-def verbosity_probe(reward_model, examples, extra_digits: Sequence[int] = (1, 2, 3, 4), seed: int = 0) -> pd.DataFrame:
+def verbosity_probe(reward_model, examples, extra_digits: Sequence[int] = (1, 2, 3, 4),
+                    seed: int = 0) -> pd.DataFrame:
     """Does the reward model pay for length? For each example (prompt, answer), the exact answer
     against the same answer followed by k random digits, which the gold scores lower
     (0.5 * 0 + 0.5 * |answer| / (|answer| + k)).
@@ -443,8 +469,14 @@ def verbosity_probe(reward_model, examples, extra_digits: Sequence[int] = (1, 2,
         padded = [a + "".join(rng.choice("0123456789") for _ in range(k)) for a in answers]
         longer = torch.tensor(reward_model.score_batch(prompts, padded, answers, [True] * len(prompts)))
         gold = [gold_reward(p, c, a) > gold_reward(p, a, a) for p, c, a in zip(prompts, padded, answers)]
-        rows.append({"extra_digits": k, "rm_prefers_longer": float((longer > exact).float().mean()),
-                     "mean_score_gap": float((longer - exact).mean()), "gold_prefers_longer": sum(gold) / len(gold)})
+        rows.append(
+            {
+                "extra_digits": k,
+                "rm_prefers_longer": float((longer > exact).float().mean()),
+                "mean_score_gap": float((longer - exact).mean()),
+                "gold_prefers_longer": sum(gold) / len(gold),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -460,7 +492,9 @@ def reward_models_table(out_dir: str | os.PathLike | None = None) -> str:
         if meta.get("kind") != "reward_model" or "reward_config" not in meta:
             continue
         size_kb = sum(f.stat().st_size for f in folder.iterdir() if f.is_file()) / 1024
-        rows.append(f"| `{folder.name}` | `{meta['reward_config']['init_checkpoint']}` | {meta['train_pairs']} | "
-                    f"{meta['reward_config']['steps']} | {meta['validation_accuracy']:.1%} | "
-                    f"{meta['validation_gold_accuracy']:.1%} | {size_kb:.0f} KB |")
+        rows.append(
+            f"| `{folder.name}` | `{meta['reward_config']['init_checkpoint']}` | {meta['train_pairs']} | "
+            f"{meta['reward_config']['steps']} | {meta['validation_accuracy']:.1%} | "
+            f"{meta['validation_gold_accuracy']:.1%} | {size_kb:.0f} KB |"
+        )
     return "\n".join(rows)

@@ -220,8 +220,14 @@ def compare_runs(algos: list[str], out_dir: str | Path, progress: bool = True, t
         prepare_output_folder(out, COMPARE_OUTPUTS + tuple(algos), resume, overwrite, command="compare")
         configs = [make_config(algo, **overrides) for algo in algos]  # bad settings raise before any write
         with signals_deferred():
-            write_text_atomic(out / RUN_FILE, json.dumps({"command": "compare", "algos": list(algos), "target": target,
-                                                          "overrides": overrides}, indent=2) + "\n")
+            write_text_atomic(
+                out / RUN_FILE,
+                json.dumps(
+                    {"command": "compare", "algos": list(algos), "target": target, "overrides": overrides},
+                    indent=2,
+                )
+                + "\n",
+            )
         rows, histories = [], {}
         for algo, config in zip(algos, configs):
             summary = train_run(config, out / algo, progress=progress, resume=resume,
@@ -244,13 +250,23 @@ def compare_runs(algos: list[str], out_dir: str | Path, progress: bool = True, t
             try:
                 from ..viz import plot_history
 
-                fig = plot_history(histories, metrics=["eval_accuracy", "reward_mean", "kl_k1"], x="wall_time")
+                fig = plot_history(histories, metrics=["eval_accuracy", "reward_mean", "kl_k1"],
+                                   x="wall_time")
                 fig.savefig(out / "comparison.png", dpi=90, bbox_inches="tight")
             except ImportError:
                 pass
-        report = ["# Algorithm comparison", "", f"Same checkpoint, task and seed; overrides: {overrides}", "",
-                  table.to_markdown(index=False, floatfmt=".3f") if _has_tabulate() else table.to_string(index=False),
-                  "", "![comparison](comparison.png)" if plots else "", ""]
+        report = [
+            "# Algorithm comparison",
+            "",
+            f"Same checkpoint, task and seed; overrides: {overrides}",
+            "",
+            table.to_markdown(index=False, floatfmt=".3f")
+            if _has_tabulate()
+            else table.to_string(index=False),
+            "",
+            "![comparison](comparison.png)" if plots else "",
+            "",
+        ]
         with signals_deferred():
             write_text_atomic(out / "report.md", "\n".join(report))
             write_text_atomic(out / "summary.csv", table.to_csv(index=False))

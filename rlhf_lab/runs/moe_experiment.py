@@ -116,7 +116,8 @@ def moe_routing_experiment(methods: Sequence[str] = tuple(METHODS), seeds: Seque
             cpu = time.process_time() - start
             history = trainer.history.assign(method=method, seed=seed)
             histories.append(history)
-            rows.append(run_summary(history, method, seed, cpu, config.eval_examples, collapse_drop, ratio_spike))
+            rows.append(run_summary(history, method, seed, cpu, config.eval_examples, collapse_drop,
+                                    ratio_spike))
             if on_run_end is not None:
                 on_run_end(method, seed, trainer)
     return MoEExperiment(history=pd.concat(histories, ignore_index=True), runs=pd.DataFrame(rows),
@@ -162,27 +163,41 @@ def stability_table(result: MoEExperiment) -> pd.DataFrame:
     for method, runs in result.runs.groupby("method", sort=False):
         accuracy, accuracy_se = mean_and_se(runs["final_accuracy"])
         change, change_se = mean_and_se(runs["routing_change"])
-        rows.append({
-            "method": method, "seeds": len(runs), "steps": int(runs["steps"].iloc[0]),
-            "cpu_s_per_run": float(runs["cpu_seconds"].mean()),
-            "start_accuracy": float(runs["initial_accuracy"].mean()),
-            "final_accuracy": accuracy, "final_accuracy_se": accuracy_se,
-            "collapsed": f"{int(runs['collapsed'].sum())}/{len(runs)}",
-            "ratio_spikes": int(runs["ratio_spikes"].sum()),
-            "ratio_dev_max": float(runs["ratio_dev_max"].max()),
-            "ratio_dev_std": float(runs["ratio_dev_std"].mean()),
-            "kl_old_max": float(runs["kl_old_max"].max()),
-            "clip_frac": float(runs["clip_frac"].mean()), "seq_clip_frac": float(runs["seq_clip_frac"].mean()),
-            "routing_change": change, "routing_change_se": change_se,
-        })
+        rows.append(
+            {
+                "method": method,
+                "seeds": len(runs),
+                "steps": int(runs["steps"].iloc[0]),
+                "cpu_s_per_run": float(runs["cpu_seconds"].mean()),
+                "start_accuracy": float(runs["initial_accuracy"].mean()),
+                "final_accuracy": accuracy,
+                "final_accuracy_se": accuracy_se,
+                "collapsed": f"{int(runs['collapsed'].sum())}/{len(runs)}",
+                "ratio_spikes": int(runs["ratio_spikes"].sum()),
+                "ratio_dev_max": float(runs["ratio_dev_max"].max()),
+                "ratio_dev_std": float(runs["ratio_dev_std"].mean()),
+                "kl_old_max": float(runs["kl_old_max"].max()),
+                "clip_frac": float(runs["clip_frac"].mean()),
+                "seq_clip_frac": float(runs["seq_clip_frac"].mean()),
+                "routing_change": change,
+                "routing_change_se": change_se,
+            }
+        )
     return pd.DataFrame(rows).set_index("method")
 
 
 # ----------------------------------------------------------------------------------------------
 # how much one optimiser step moves the routing
 
-SWEEP_COLUMNS = ("routing_change_one_update", "routing_change", "expert_change", "ratio_dev_std", "ratio_dev_max",
-                 "kl_old", "clip_frac")
+SWEEP_COLUMNS = (
+    "routing_change_one_update",
+    "routing_change",
+    "expert_change",
+    "ratio_dev_std",
+    "ratio_dev_max",
+    "kl_old",
+    "clip_frac",
+)
 
 
 def short_run_sweep(grid: Sequence[dict], settings: dict | None = None, steps: int = 4, method: str = "GRPO",
@@ -250,6 +265,18 @@ def routing_change_sweep(models: dict, rollout, learning_rates: Sequence[float])
     return pd.DataFrame(rows)
 
 
-__all__ = ["METHODS", "METHOD_STYLES", "SWEEP_COLUMNS", "MoEExperiment", "cpu_seconds_per_step", "mean_and_se", "method_config",
-           "moe_routing_experiment", "one_step_routing_change", "routing_change_sweep", "run_summary", "short_run_sweep",
-           "stability_table"]
+__all__ = [
+    "METHODS",
+    "METHOD_STYLES",
+    "SWEEP_COLUMNS",
+    "MoEExperiment",
+    "cpu_seconds_per_step",
+    "mean_and_se",
+    "method_config",
+    "moe_routing_experiment",
+    "one_step_routing_change",
+    "routing_change_sweep",
+    "run_summary",
+    "short_run_sweep",
+    "stability_table",
+]

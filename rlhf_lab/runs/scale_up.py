@@ -49,7 +49,8 @@ KNOWN_CONFIGS = {
 
 # Mixture-of-experts checkpoints (config.json on the Hub), with the sizes their authors publish: Mixtral
 # 8x7B "46.7B total, 12.9B active per token" (Jiang et al. 2024, arXiv 2401.04088, section 2); Qwen3-30B-A3B
-# "30.5B in total, 3.3B activated" (its model card; Qwen3 report, arXiv 2505.09388, table 2). Untied embeddings.
+# "30.5B in total, 3.3B activated" (its model card; Qwen3 report, arXiv 2505.09388, table 2). Untied
+# embeddings.
 KNOWN_MOE_CONFIGS = {
     "Mixtral-8x7B": dict(model_type="mixtral", vocab_size=32000, hidden_size=4096, intermediate_size=14336,
                          num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
@@ -158,7 +159,8 @@ def estimate_training_memory(config: ModelConfig, rollout_rows: int, prompt_len:
         logits       b s V x 4 bytes (fp32) x 2 (the logits and their gradient) for the minibatch
         kv_cache     2 x layers x kv heads x head_dim x (prompt + completion) x rows x 2 bytes (bf16)
     """
-    for name, value in (("rollout_rows", rollout_rows), ("prompt_len", prompt_len), ("completion_len", completion_len)):
+    for name, value in (
+        ("rollout_rows", rollout_rows), ("prompt_len", prompt_len), ("completion_len", completion_len)):
         check_number(name, value, low=1, integer=True)
     check_number("lora_r", lora_r, low=0, integer=True)
     b = minibatch_rows or rollout_rows
@@ -216,7 +218,8 @@ def task_tokenizer(task, n_texts: int = 2000, vocab_size: int = 1024) -> HFToken
     """A byte-level BPE tokenizer (ChatML template) trained on `n_texts` of the task's training
     prompts and completions: the tiny model's stand-in for a real checkpoint's tokenizer."""
     train, _ = task.make_split(seed=0, n_train=min(n_texts, task.space_size()), n_test=0)
-    return train_bpe_tokenizer([text for e in train for text in (e.prompt, e.completion)], vocab_size=vocab_size)
+    return train_bpe_tokenizer([text for e in train for text in (e.prompt, e.completion)],
+                               vocab_size=vocab_size)
 
 
 def tiny_qwen3(task, seed: int = 0, **overrides) -> tuple[LlamaModel, HFTokenizer]:

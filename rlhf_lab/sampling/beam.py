@@ -308,15 +308,28 @@ def measure_block_sharing(model, prompts, num_beams=(2, 4, 8), block_sizes=(1, 4
     """
     rows = []
     for beams in num_beams:
-        config = BeamSearchConfig(num_beams=beams, max_new_tokens=max_new_tokens, length_penalty=length_penalty,
-                                  early_stopping=early_stopping)
+        config = BeamSearchConfig(
+            num_beams=beams,
+            max_new_tokens=max_new_tokens,
+            length_penalty=length_penalty,
+            early_stopping=early_stopping,
+        )
         reference = None
         for block_size in block_sizes:
             out = beam_search(model, prompts, config, tokenizer=tokenizer, block_size=block_size)
             reference = out.sequences if reference is None else reference
-            rows.append({"num_beams": beams, "block_size": block_size, "steps": out.steps, **out.block_usage(),
-                         "cow_copies": out.cow_copies, "same hypotheses": torch.equal(out.sequences, reference)})
+            rows.append(
+                {
+                    "num_beams": beams,
+                    "block_size": block_size,
+                    "steps": out.steps,
+                    **out.block_usage(),
+                    "cow_copies": out.cow_copies,
+                    "same hypotheses": torch.equal(out.sequences, reference),
+                }
+            )
     return rows
 
 
-__all__ = ["BEAM_CACHE_KINDS", "BeamSearchConfig", "BeamSearchOutput", "beam_search", "measure_block_sharing", "reorder_cache"]
+__all__ = ["BEAM_CACHE_KINDS", "BeamSearchConfig", "BeamSearchOutput", "beam_search", "measure_block_sharing",
+           "reorder_cache"]

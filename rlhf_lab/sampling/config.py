@@ -72,7 +72,8 @@ class SamplingConfig(Validated):
     def greedy(cls, **kwargs: Any) -> SamplingConfig:
         """Greedy decoding (argmax each step); other fields as keyword arguments."""
         if kwargs.pop("do_sample", False):
-            raise ValueError("do_sample must be False in SamplingConfig.greedy(); use SamplingConfig(...) to sample")
+            raise ValueError("do_sample must be False in SamplingConfig.greedy(); use SamplingConfig(...) "
+                             "to sample")
         return cls(do_sample=False, **kwargs)
 
     def replace(self, **changes: Any) -> SamplingConfig:

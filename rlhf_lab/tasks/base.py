@@ -63,7 +63,8 @@ class Task(ABC):
 
     answer_format: ClassVar[str] = PLAIN
     default_reward: ClassVar[dict[str, float]] = {"correct": 1.0}
-    chars: ClassVar[str | None] = TASK_CHARS  # every character the task writes; None: free text (BPE tokenizer)
+    # every character the task writes; None: free text (BPE tokenizer)
+    chars: ClassVar[str | None] = TASK_CHARS
     rewards: ClassVar[dict | None] = None  # the task's own named rewards; None: rewards.REWARDS
     accuracy_reward: ClassVar[str] = "correct"  # the reward whose 0/1 value is the accuracy
 

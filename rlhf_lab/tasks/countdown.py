@@ -30,9 +30,12 @@ from rlhf_lab.tasks.reasoning import (
 )
 from rlhf_lab.util.validation import check_number
 
-PROMPT = ("Using the numbers {numbers}, create an equation that equals {target}. You can use basic arithmetic "
-          "operations (+, -, *, /) and each number can only be used once. Show your work in <think> </think> "
-          "tags. And return the final answer in <answer> </answer> tags, for example <answer> (1 + 2) / 3 </answer>.")
+PROMPT = (
+    "Using the numbers {numbers}, create an equation that equals {target}. You can use basic arithmetic "
+    "operations (+, -, *, /) and each number can only be used once. Show your work in <think> </think> "
+    "tags. And return the final answer in <answer> </answer> tags, for example <answer> (1 + 2) / 3 "
+    "</answer>."
+)
 OPERATORS = "+-*/"
 
 
@@ -77,7 +80,8 @@ class CountdownTask(ThinkAnswerTask):
             equation = " + ".join(map(str, numbers))
             steps = [f"{equation} = {value}"]
         prompt = PROMPT.format(numbers=list(numbers), target=int(value))
-        return Example(prompt=prompt, answer=str(int(value)), completion=render_think_answer(", ".join(steps), equation))
+        completion = render_think_answer(", ".join(steps), equation)
+        return Example(prompt=prompt, answer=str(int(value)), completion=completion)
 
     def _numbers_at(self, index: int, count: int) -> list[int]:
         numbers = []

@@ -115,7 +115,8 @@ def write_datasets(
     }
     for name, params in datasets:
         task = get_task(name, **params)
-        train, test = task.make_split(seed, max(n_train, min(SPLIT_N_TRAIN, task.space_size() - n_test)), n_test)
+        train, test = task.make_split(seed, max(n_train, min(SPLIT_N_TRAIN, task.space_size() - n_test)),
+                                      n_test)
         train = train[:n_train]
         ood = task.make_ood_test(seed, n_ood)
         files = {}

@@ -182,8 +182,8 @@ class WeightedReward:
     such as a learned reward model: it is scored in one batch (one forward pass), not per completion.
     That is how an RLHF reward is designed from parts (a preference score plus rules):
 
-        WeightedReward({"preference": 1.0, "length": -0.1}, rewards={"preference": reward_model,
-                                                                       "length": length_rule})
+        WeightedReward({"preference": 1.0, "length": -0.1},
+                       rewards={"preference": reward_model, "length": length_rule})
     """
 
     def __init__(self, weights: Mapping[str, float], answer_format: str = AUTO,
@@ -196,7 +196,8 @@ class WeightedReward:
             check_number(f"weights[{name!r}]", weight)  # any finite number: a negative weight is a penalty
         if rewards is None:
             check_answer_format(answer_format, allow_auto=True)
-            self.rewards = {name: partial(fn, answer_format=answer_format) for name, fn in self.rewards.items()}
+            self.rewards = {name: partial(fn, answer_format=answer_format) for name,
+                            fn in self.rewards.items()}
         self.weights = {name: float(weight) for name, weight in weights.items()}
         self.answer_format = answer_format
 
@@ -222,7 +223,8 @@ class WeightedReward:
         """[self(p, c, r, f) for each completion], the same values: one pass per named reward over the
         batch, no per-completion dict (the trainer scores every rollout through this)."""
         parts = self.breakdown_batch(prompts, completions, references, finished)
-        return [sum(self.weights[name] * values[i] for name, values in parts.items()) for i in range(len(completions))]
+        return [sum(self.weights[name] * values[i] for name,
+                    values in parts.items()) for i in range(len(completions))]
 
     def __repr__(self) -> str:
         return f"WeightedReward({self.weights}, answer_format={self.answer_format!r})"
@@ -255,7 +257,8 @@ def score_batch(
             f"prompts, completions, references and finished must have equal lengths, got {lengths}"
         )
     if hasattr(reward_fn, "score_batch"):
-        values = reward_fn.score_batch(list(prompts), list(completions), list(references), [bool(f) for f in finished])
+        values = reward_fn.score_batch(list(prompts), list(completions), list(references),
+                                       [bool(f) for f in finished])
         return [float(v) for v in values]
     return [
         float(reward_fn(p, c, r, bool(f))) for p, c, r, f in zip(prompts, completions, references, finished)

@@ -145,7 +145,8 @@ def turn_advantages(episodes: list[Episode], num_generations: int, credit: str =
     check_choice("credit", credit, CREDIT_MODES)
     check_number("num_generations", num_generations, low=1, integer=True)
     if len(episodes) % num_generations:
-        raise ValueError(f"len(episodes) ({len(episodes)}) must be a multiple of num_generations ({num_generations})")
+        raise ValueError(f"len(episodes) ({len(episodes)}) must be a multiple of num_generations "
+                         f"({num_generations})")
     turns = max(e.chain.num_turns for e in episodes)
     rewards = torch.zeros(len(episodes), turns)
     played = torch.zeros(len(episodes), turns)
@@ -155,7 +156,8 @@ def turn_advantages(episodes: list[Episode], num_generations: int, credit: str =
         if credit == "outcome":
             rewards[row, :k] = episode.reward  # r_{i,k} = R_i for every turn played
         else:
-            rewards[row, :k] = torch.tensor(episode.turn_correct, dtype=torch.float32)  # r_{i,k} = turn k right
+            # r_{i,k} = turn k right
+            rewards[row, :k] = torch.tensor(episode.turn_correct, dtype=torch.float32)
     grouped = rewards.view(-1, num_generations, turns)
     counts = played.view(-1, num_generations, turns).sum(1, keepdim=True).clamp(min=1)
     group_mean = grouped.sum(1, keepdim=True) / counts  # mean over the group's episodes that played turn k
@@ -194,5 +196,7 @@ def credit_report(episodes: list[Episode], num_generations: int) -> dict:
         "episode_reward": sum(e.reward for e in episodes) / len(episodes),
         "blamed_correct_turns": sum(a < 0 for a in played_right) / max(len(played_right), 1),
         "rewarded_wrong_turns": sum(a > 0 for a in played_wrong) / max(len(played_wrong), 1),
-        "context_chars": [sum(len(e.transcript_upto(k)) for e in episodes) / len(episodes) for k in range(turns)],
+        "context_chars": [
+            sum(len(e.transcript_upto(k)) for e in episodes) / len(episodes) for k in range(turns)
+        ],
     }

@@ -51,16 +51,40 @@ def _shares(a, b, c):  # a = c * q + b: giving b away leaves a multiple of c
     return a, f"{total} - {b} = {total - b}, {total - b} / {c} = {a}"
 
 
-# (question with {name}, {a}, {b}, {c} (and {total} for shares), solver -> (answer, worked steps), ranges of a, b, c)
+# (question with {name}, {a}, {b}, {c} (and {total} for shares), solver -> (answer, worked steps), ranges of
+# a, b, c)
 TEMPLATES = (
-    ("{name} has {a} apples. {name} buys {b} bags with {c} apples in each. How many apples does {name} have now?",
-     _buys, (1, 50), (2, 9), (2, 9)),
-    ("A baker makes {a} trays of {b} rolls. {name} buys {c} rolls. How many rolls are left?",
-     _sells, (2, 9), (4, 12), (1, 7)),
-    ("{name} reads {a} pages a day for {b} days, then {c} more pages. How many pages does {name} read in total?",
-     _reads, (2, 20), (2, 9), (1, 30)),
-    ("{name} has {total} stickers, gives {b} to a friend and shares the rest equally among {c} boxes. "
-     "How many stickers go in each box?", _shares, (2, 12), (1, 9), (2, 6)),
+    (
+        "{name} has {a} apples. {name} buys {b} bags with {c} apples in each. How many apples does {name} "
+        "have now?",
+        _buys,
+        (1, 50),
+        (2, 9),
+        (2, 9),
+    ),
+    (
+        "A baker makes {a} trays of {b} rolls. {name} buys {c} rolls. How many rolls are left?",
+        _sells,
+        (2, 9),
+        (4, 12),
+        (1, 7),
+    ),
+    (
+        "{name} reads {a} pages a day for {b} days, then {c} more pages. How many pages does {name} read in "
+        "total?",
+        _reads,
+        (2, 20),
+        (2, 9),
+        (1, 30),
+    ),
+    (
+        "{name} has {total} stickers, gives {b} to a friend and shares the rest equally among {c} boxes. "
+        "How many stickers go in each box?",
+        _shares,
+        (2, 12),
+        (1, 9),
+        (2, 6),
+    ),
 )
 
 

@@ -11,11 +11,11 @@ public trainer and read the symptom on its history and dashboard:
 
 | name                         | what is wrong                                              |
 | ---------------------------- | ---------------------------------------------------------- |
-| `reference`                  | nothing: PPO with the package's defaults                   |
-| `no_advantage_normalisation` | GAE advantages used raw (`whiten_advantages=False`)        |
-| `no_gradient_clipping`       | `max_grad_norm=1e9`, a clip that never binds               |
-| `low_precision_logprobs`     | pi_old's log-probs stored in bfloat16 (a bf16 sampler), pi's in float32 |
-| `forward_gae`                | the GAE recursion run forwards in time instead of backwards (the exercises' `forward_order` mistake) |
+| `reference`                  | nothing: PPO with the package's defaults                          |
+| `no_advantage_normalisation` | GAE advantages used raw (`whiten_advantages=False`)               |
+| `no_gradient_clipping`       | `max_grad_norm=1e9`, a clip that never binds                      |
+| `low_precision_logprobs`     | pi_old's log-probs in bfloat16 (a bf16 sampler), pi's in float32  |
+| `forward_gae`                | GAE run forwards in time (the exercises' `forward_order` mistake) |
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ def mistake_run(name: str, settings: dict | None = None, **overrides) -> tuple[P
     changes = {"no_advantage_normalisation": {"whiten_advantages": False},
                "no_gradient_clipping": {"max_grad_norm": NO_CLIP}}.get(name, {})
     config = PPOConfig(**{**(settings or {}), **overrides, **changes})
-    algorithm = {"forward_gae": ForwardGAEPPO, "low_precision_logprobs": LowPrecisionLogprobsPPO}.get(name, PPO)
+    algorithms = {"forward_gae": ForwardGAEPPO, "low_precision_logprobs": LowPrecisionLogprobsPPO}
+    algorithm = algorithms.get(name, PPO)
     return config, algorithm(config)
 
 

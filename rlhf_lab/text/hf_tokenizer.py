@@ -72,11 +72,13 @@ class HFTokenizer:
         self.eos_token_id = int(tokenizer.eos_token_id)
         self.bos_token_id = tokenizer.bos_token_id  # None for Qwen: it has no BOS
         # No pad token (Llama): pad with EOS, as transformers' generate does; the masks hide it.
-        self.pad_token_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_id)
+        pad = tokenizer.pad_token_id
+        self.pad_token_id = int(pad if pad is not None else self.eos_token_id)
 
     @classmethod
     def from_pretrained(cls, folder: str | os.PathLike, **kwargs) -> HFTokenizer:
-        """Load a checkpoint folder's tokenizer (tokenizer.json / tokenizer_config.json) with AutoTokenizer."""
+        """Load a checkpoint folder's tokenizer (tokenizer.json / tokenizer_config.json) with
+        AutoTokenizer."""
         from transformers import AutoTokenizer
 
         return cls(AutoTokenizer.from_pretrained(str(folder)), **kwargs)
@@ -147,8 +149,14 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 512, chat_templa
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     backend.train_from_iterator(list(texts), trainer=trainer)
     pad, _, end_of_turn = CHATML_SPECIAL_TOKENS
-    hf = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=end_of_turn, pad_token=pad,
-                                 chat_template=chat_template, padding_side="left", clean_up_tokenization_spaces=False)
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token=end_of_turn,
+        pad_token=pad,
+        chat_template=chat_template,
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+    )
     return HFTokenizer(hf, **kwargs)
 
 

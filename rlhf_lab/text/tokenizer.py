@@ -87,7 +87,8 @@ class CharTokenizer:
         for position, ch in enumerate(text):
             if ch not in self.vocab:
                 raise ValueError(
-                    f"character {ch!r} (position {position} of {text!r}) is not in the tokenizer's vocabulary; "
+                    f"character {ch!r} (position {position} of {text!r}) is not in the tokenizer's "
+                    "vocabulary; "
                     f"allowed characters: {self.chars!r}"
                 )
 
@@ -124,7 +125,8 @@ class CharTokenizer:
         with its default `add_special_tokens=True`, encodes like `encode(text, add_bos=True)`."""
         folder = Path(folder)
         self.save(folder / "tokenizer.json")
-        (folder / "tokenizer_config.json").write_text(json.dumps(HF_TOKENIZER_CONFIG, indent=2, sort_keys=True) + "\n")
+        (folder / "tokenizer_config.json").write_text(
+            json.dumps(HF_TOKENIZER_CONFIG, indent=2, sort_keys=True) + "\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> CharTokenizer:

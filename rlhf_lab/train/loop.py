@@ -86,7 +86,8 @@ class TrainingLoop:
             elif self.evaluation_interrupted():  # a stop came during the last step's evaluation: finish it
                 self.rows[-1].update(self.evaluation())
                 self.stop_reason = self.early_stop(self.rows[-1])
-            while not self.stop_reason and self.step < last_step and (budget_end is None or self.train_time < budget_end):
+            in_budget = lambda: budget_end is None or self.train_time < budget_end  # noqa: E731
+            while not self.stop_reason and self.step < last_step and in_budget():
                 metrics = self.train_step()
                 out_of_time = budget_end is not None and self.train_time >= budget_end
                 if c.eval_every and (self.step % c.eval_every == 0 or self.step == last_step or out_of_time):
@@ -140,7 +141,8 @@ class TrainingLoop:
         landed during it): train() then evaluates it first, so a resumed history has every row."""
         eval_every, row = self.config.eval_every, self.rows[-1] if self.rows else {}
         accuracy = row.get("eval_accuracy", 0.0)
-        return bool(eval_every) and self.step > 0 and self.step % eval_every == 0 and accuracy != accuracy  # NaN
+        # NaN
+        return bool(eval_every) and self.step > 0 and self.step % eval_every == 0 and accuracy != accuracy
 
     def check_finite_weights(self) -> None:
         """Raise NonFiniteLossError if a trained weight is NaN or infinite (a finite loss and gradient
@@ -158,8 +160,10 @@ class TrainingLoop:
         for name, module in modules.items():
             for param_name, param in module.named_parameters():
                 if not bool(torch.isfinite(param).all()):
-                    raise NonFiniteLossError(f"non-finite weights in {name}.{param_name} after step {self.step}; "
-                                             f"training stopped and the weights were kept from the step before")
+                    raise NonFiniteLossError(
+                        f"non-finite weights in {name}.{param_name} after step {self.step}; "
+                        f"training stopped and the weights were kept from the step before"
+                    )
 
     def _commit(self, result) -> dict:
         """Keep what a successful step produced (its row; the RL trainer also its distributions)."""
@@ -275,8 +279,10 @@ def backward_and_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, para
     loss.backward()
     grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm))
     if not math.isfinite(grad_norm):
-        raise NonFiniteLossError(f"{name} gradient norm became {grad_norm} at step {step}; training stopped and "
-                                 f"the weights were kept from step {step - 1}; lower learning_rate")
+        raise NonFiniteLossError(
+            f"{name} gradient norm became {grad_norm} at step {step}; training stopped and "
+            f"the weights were kept from step {step - 1}; lower learning_rate"
+        )
     optimizer.step()
     return grad_norm
 
@@ -316,7 +322,8 @@ class SupervisedLoop(TrainingLoop):
 
     def start(self, callbacks=()) -> None:
         """AdamW over `self.model` (config.learning_rate, config.weight_decay, `adam_betas`), the
-        batch-order RNG (config.seed) and empty bookkeeping. Call at the end of __init__, once `model` is set."""
+        batch-order RNG (config.seed) and empty bookkeeping. Call at the end of __init__, once `model` is
+        set."""
         c = self.config
         # No weight decay on gains (RMSNorm weights, 1-D): shrinking them towards 0 is not regularisation.
         decay = [p for p in self.model.parameters() if p.dim() >= 2]

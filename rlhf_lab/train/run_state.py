@@ -39,13 +39,22 @@ from ..util.atomic import StopSignals, recover_folder, replace_folder, signals_d
 from ..util.validation import check_number
 from .callbacks import Callback
 
-__all__ = ["Checkpointer", "StopSignals", "has_state", "load_state", "read_state_summary", "remaining", "save_state",
-           "signals_deferred"]
+__all__ = [
+    "Checkpointer",
+    "StopSignals",
+    "has_state",
+    "load_state",
+    "read_state_summary",
+    "remaining",
+    "save_state",
+    "signals_deferred",
+]
 
 STATE_FILE = "trainer_state.json"
 
 # Fields a resumed run may change: how long it goes on, how often it evaluates, what it keeps for
-# the plots. (Not the device: RNG states and float rounding differ between devices.) Any other difference would make the resumed run another run.
+# the plots. (Not the device: RNG states and float rounding differ between devices.) Any other difference
+# would make the resumed run another run.
 RESUMABLE_CHANGES = ("steps", "time_budget", "eval_every", "keep_distributions")
 
 
@@ -59,16 +68,20 @@ def save_state(trainer, folder: str | Path) -> Path:
     """Write everything `trainer` needs to continue into `folder`, atomically (a reader, or a kill,
     sees the previous state or this one)."""
     if not trainer.state_modules():
-        raise NotImplementedError(f"{type(trainer).__name__} does not say which modules it trains (state_modules)")
-    modules = {name: {key: value.detach().cpu().clone().contiguous() for key, value in module.state_dict().items()}
-               for name, module in trainer.state_modules().items()}
+        raise NotImplementedError(f"{type(trainer).__name__} does not say which modules it trains "
+                                  "(state_modules)")
+    modules = {
+        name: {key: value.detach().cpu().clone().contiguous() for key, value in module.state_dict().items()}
+        for name, module in trainer.state_modules().items()
+    }
     state = {
         "step": trainer.step, "train_time": trainer.train_time, "rows": list(trainer.rows),
         "optimizer": trainer.optimizer.state_dict(),
         "generators": {name: g.get_state() for name, g in trainer.state_generators().items()},
         "torch_rng": torch.get_rng_state(), "extra": trainer.extra_state(),
     }
-    config = trainer.config.to_dict() if hasattr(trainer.config, "to_dict") else dataclasses.asdict(trainer.config)
+    config = trainer.config.to_dict() if hasattr(trainer.config,
+                                                 "to_dict") else dataclasses.asdict(trainer.config)
     identity = trainer.identity()
 
     def write(tmp: Path) -> None:
@@ -200,7 +213,8 @@ def load_state(trainer, folder: str | Path) -> None:
     if summary["trainer"] != type(trainer).__name__:
         raise CheckpointError(f"{folder} holds the state of a {summary['trainer']}, not a "
                               f"{type(trainer).__name__}")
-    config = trainer.config.to_dict() if hasattr(trainer.config, "to_dict") else dataclasses.asdict(trainer.config)
+    config = trainer.config.to_dict() if hasattr(trainer.config,
+                                                 "to_dict") else dataclasses.asdict(trainer.config)
     saved = summary["config"]
     changed = sorted(k for k in set(saved) | set(config) if k not in RESUMABLE_CHANGES
                      and json.dumps(saved.get(k), default=str) != json.dumps(config.get(k), default=str))

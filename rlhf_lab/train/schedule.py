@@ -26,12 +26,13 @@ def learning_rate_at(step: int, learning_rate: float, warmup_steps: int = 0, tot
                      schedule: str = "constant", min_fraction: float = 0.1) -> float:
     """The learning rate of one optimizer step.
 
-    step: 1-based index of the step about to run. Linear warm-up lr*step/warmup_steps for step <= warmup_steps,
+    step: 1-based index of the step about to run. Linear warm-up lr*step/warmup_steps for step <=
+    warmup_steps,
     then constant, or cosine decay to min_fraction*lr at total_steps.
 
         warm-up   lr_t = lr * t / W                                     for t <= W
         constant  lr_t = lr                                             for t > W
-        cosine    lr_t = lr * (m + (1 - m) * (1 + cos(pi * p)) / 2),    p = min(1, (t - 1 - W) / max(1, T - W))
+        cosine    lr_t = lr * (m + (1 - m) * (1 + cos(pi * p)) / 2),  p = min(1, (t - 1 - W) / max(1, T - W))
 
     with W = warmup_steps, T = total_steps, m = min_fraction. The cosine starts at lr on the first step after
     the warm-up and stays at m * lr from step T + 1 on (a run continued past T keeps the last rate).
@@ -54,4 +55,5 @@ def learning_rate_at(step: int, learning_rate: float, warmup_steps: int = 0, tot
     if schedule == "constant":
         return learning_rate
     progress = (step - 1 - warmup_steps) / max(1, total_steps - warmup_steps)
-    return learning_rate * (min_fraction + (1 - min_fraction) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+    cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))  # 1 -> 0 over the run
+    return learning_rate * (min_fraction + (1 - min_fraction) * cosine)

@@ -43,4 +43,5 @@ def keep_freed_memory(trim_threshold_bytes: int = TRIM_THRESHOLD_BYTES) -> bool:
     except (OSError, AttributeError):  # another C library (musl): leave it alone
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) & bool(mallopt(M_TRIM_THRESHOLD, trim_threshold_bytes))
+    return bool(mallopt(
+        M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) & bool(mallopt(M_TRIM_THRESHOLD, trim_threshold_bytes))

@@ -127,7 +127,8 @@ def recover_folder(folder: str | os.PathLike) -> bool:
     folder = Path(folder)
     try:
         found = _leftovers(folder)
-        stale = {kind: [path for path, pid in entries if not _pid_alive(pid)] for kind, entries in found.items()}
+        stale = {kind: [path for path, pid in entries if not _pid_alive(pid)] for kind,
+                 entries in found.items()}
         restored = False
         if not folder.exists():
             for kind in ("new", "old"):  # a complete new copy beats the old one
@@ -213,10 +214,13 @@ class FolderLock:
         except OSError:
             holder = os.read(fd, 512).decode(errors="replace").strip() or "another process"
             os.close(fd)
-            raise FolderInUseError(f"{self.folder} is in use by another run ({holder}); wait for it to finish "
-                                   "or choose another output folder") from None
+            raise FolderInUseError(
+                f"{self.folder} is in use by another run ({holder}); wait for it to finish "
+                "or choose another output folder"
+            ) from None
         os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%H:%M:%S')}".encode())
+        os.write(fd,
+                 f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%H:%M:%S')}".encode())
         self._fd = fd
         try:  # the lock file could be written; check that new files can be created too
             tempfile.TemporaryFile(dir=self.folder).close()
@@ -262,7 +266,8 @@ class StopSignals:
         self.received += 1
         if self._deferring:
             self._pending = True
-            print(f"\n{signal.Signals(signum).name}: finishing {self._what[-1]}, then stopping", file=sys.stderr)
+            print(f"\n{signal.Signals(signum).name}: finishing {self._what[-1]}, then stopping",
+                  file=sys.stderr)
             return
         raise KeyboardInterrupt
 

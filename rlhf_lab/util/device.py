@@ -71,11 +71,13 @@ def cpu_name(cpuinfo: str = "/proc/cpuinfo") -> str:
         pass
     if not name and platform.system() == "Darwin":
         try:
-            name = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
-                                  timeout=5).stdout.strip()
+            name = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             pass
-    capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "")()  # "AVX2", "AVX512", "NO AVX"...
+    # "AVX2", "AVX512", "NO AVX"...
+    capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "")()
     return ", ".join(part for part in (name, platform.machine(), capability) if part) or "unknown CPU"
 
 

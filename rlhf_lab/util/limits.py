@@ -66,7 +66,8 @@ def training_bytes(model_config, rows: int, length: int) -> int:
     return rows * length * per_token + rows * 8
 
 
-def generation_bytes(model_config, rows: int, prompt_tokens: int, new_tokens: int, dtype_bytes: int = 4) -> int:
+def generation_bytes(model_config, rows: int, prompt_tokens: int, new_tokens: int,
+                     dtype_bytes: int = 4) -> int:
     """Bytes `generate` allocates for `rows` sequences: the KV cache, 2 (k, v) x layers x rows x
     kv_heads x (P + T) x head_dim values, plus the token ids, masks and log-probs (8 bytes each per
     position) and one row of logits per sequence."""

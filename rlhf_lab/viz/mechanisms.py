@@ -51,9 +51,12 @@ class KVShape:
 
 # Published configurations (config.json of each model on the Hugging Face Hub).
 KV_REFERENCE_MODELS: dict[str, KVShape] = {
-    "Llama-2-7B (fp16, MHA)": KVShape(num_hidden_layers=32, num_key_value_heads=32, head_dim=128, bytes_per_element=2),
-    "Llama-3-8B (bf16, GQA 8 kv heads)": KVShape(num_hidden_layers=32, num_key_value_heads=8, head_dim=128,
-                                                 bytes_per_element=2),
+    "Llama-2-7B (fp16, MHA)": KVShape(
+        num_hidden_layers=32, num_key_value_heads=32, head_dim=128, bytes_per_element=2
+    ),
+    "Llama-3-8B (bf16, GQA 8 kv heads)": KVShape(
+        num_hidden_layers=32, num_key_value_heads=8, head_dim=128, bytes_per_element=2
+    ),
 }
 
 DTYPE_CHOICES = [("fp32 (4 bytes)", 4), ("fp16 / bf16 (2 bytes)", 2), ("int8 (1 byte)", 1)]
@@ -102,8 +105,13 @@ def plot_kv_memory(
               label="your configuration", gid="kv:yours")
     left.plot([seq_len], [total / GIB], "o", color="black")
     left.annotate(format_bytes(total), (seq_len, total / GIB), textcoords="offset points", xytext=(6, -12))
-    left.set(xscale="log", yscale="log", xlabel="sequence length (tokens)", ylabel=f"KV cache, batch {batch} (GiB)",
-             title="2 * layers * kv_heads * head_dim * seq * batch * bytes")
+    left.set(
+        xscale="log",
+        yscale="log",
+        xlabel="sequence length (tokens)",
+        ylabel=f"KV cache, batch {batch} (GiB)",
+        title="2 * layers * kv_heads * head_dim * seq * batch * bytes",
+    )
     left.grid(alpha=0.3, which="both")
     left.legend(fontsize=8, frameon=False, loc="upper left")
 
@@ -118,9 +126,11 @@ def plot_kv_memory(
     right.invert_yaxis()
     right.set(xscale="log", xlabel="KV bytes per token (KiB, log)", title="per token, batch 1")
     right.set_xlim(min(per_token) / KIB / 4, max(per_token) / KIB * 20)
-    fig.suptitle(f"layers {yours.num_hidden_layers}, kv heads {yours.num_key_value_heads}, head_dim "
-                 f"{yours.head_dim}, {yours.bytes_per_element} B/element: {format_bytes(yours.bytes_per_token())} "
-                 f"per token, {format_bytes(total)} for {batch} x {seq_len} tokens")
+    fig.suptitle(
+        f"layers {yours.num_hidden_layers}, kv heads {yours.num_key_value_heads}, head_dim "
+        f"{yours.head_dim}, {yours.bytes_per_element} B/element: {format_bytes(yours.bytes_per_token())} "
+        f"per token, {format_bytes(total)} for {batch} x {seq_len} tokens"
+    )
     return fig
 
 
@@ -132,8 +142,15 @@ def kv_memory_explorer(start: KVShape | None = None, batch: int = 1, seq_len: in
 
     def kv_memory(num_hidden_layers=s.num_hidden_layers, num_key_value_heads=s.num_key_value_heads,
                   head_dim=s.head_dim, bytes_per_element=s.bytes_per_element, batch=batch, seq_len=seq_len):
-        return plot_kv_memory(num_hidden_layers, num_key_value_heads, head_dim, bytes_per_element, batch, seq_len,
-                              references=references)
+        return plot_kv_memory(
+            num_hidden_layers,
+            num_key_value_heads,
+            head_dim,
+            bytes_per_element,
+            batch,
+            seq_len,
+            references=references,
+        )
 
     return make_explorer(
         kv_memory, use_widgets=use_widgets,
@@ -178,12 +195,14 @@ def plot_block_tables(cache, tokens: Sequence[Sequence[str]] | None = None, grou
             if tokens is not None:
                 start, end = logical * bs, min((logical + 1) * bs, length)
                 label += " " + "".join(tokens[row][start:end])
-            left.text(logical + 0.47, row + 0.43, label, ha="center", va="center", fontsize=7, family="monospace")
+            left.text(logical + 0.47, row + 0.43, label, ha="center", va="center", fontsize=7,
+                      family="monospace")
         if group_size and row % group_size == 0 and row > 0:
             left.axhline(row - 0.07, color="black", linewidth=1)
     left.set_xlim(-0.1, max(n_cols, 1))
     left.set_ylim(n_rows, -0.1)
-    left.set_xticks(np.arange(n_cols) + 0.47, [f"{i * bs}-{(i + 1) * bs - 1}" for i in range(n_cols)], fontsize=7)
+    left.set_xticks(np.arange(n_cols) + 0.47, [f"{i * bs}-{(i + 1) * bs - 1}" for i in range(n_cols)],
+                    fontsize=7)
     left.set_yticks(np.arange(n_rows) + 0.43, [str(r) for r in range(n_rows)], fontsize=7)
     left.set(xlabel=f"logical block (token positions, block_size {bs})", ylabel="sequence (row)",
              title=f"block tables: {cache.blocks_in_use()} blocks in use vs "
@@ -207,7 +226,8 @@ def plot_block_tables(cache, tokens: Sequence[Sequence[str]] | None = None, grou
     handles = [Patch(facecolor=color, edgecolor="#999999", label=label) for color, label in (
         (SHARED_BLOCK_COLOR, "shared (refcount > 1)"), (PRIVATE_BLOCK_COLOR, "private (refcount 1)"),
         (FREE_BLOCK_COLOR, "free"))]
-    right.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize=8, frameon=False)
+    right.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize=8,
+                 frameon=False)
     right.set_title(f"physical pool: {cache.num_blocks} blocks, {cache.free_blocks()} free\n(xN = refcount)",
                     fontsize=9)
     for side in ("top", "right", "bottom", "left"):
@@ -241,7 +261,8 @@ def plot_cache_timings(new_tokens: Sequence[int], seconds: Mapping[str, Sequence
     right.plot(x, speedup, "o-", color="black", gid="speedup")
     right.axhline(1, color="grey", linestyle=":", linewidth=1)
     for xi, s in zip(x, speedup):
-        right.annotate(f"{s:.1f}x", (xi, s), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+        right.annotate(f"{s:.1f}x", (xi, s), textcoords="offset points", xytext=(0, 6), ha="center",
+                       fontsize=8)
     right.set(xlabel="new tokens generated", ylabel=f"speed-up ({baseline} / {reference})",
               title="KV-cache speed-up")
     right.set_ylim(0, None)

@@ -39,7 +39,8 @@ DTYPE_COLORS: dict[str, str] = {"float16": "#d55e00", "bfloat16": "#0072b2", "fl
 Q_COLOR, K_COLOR = "#0072b2", "#d55e00"
 
 
-def scaling_variants(factor: float = 4.0, original_max_position_embeddings: int = 2048) -> dict[str, dict | None]:
+def scaling_variants(factor: float = 4.0,
+                     original_max_position_embeddings: int = 2048) -> dict[str, dict | None]:
     """The `rope_scaling` dict of each context-extension method, for one extension factor.
 
     Parameter values are the ones the papers and released configs use: YaRN's beta_fast 32 and
@@ -58,7 +59,8 @@ def scaling_variants(factor: float = 4.0, original_max_position_embeddings: int 
 
 
 def scaled_frequencies(
-    head_dim: int = 128, base: float = 10000.0, factor: float = 4.0, original_max_position_embeddings: int = 2048,
+    head_dim: int = 128, base: float = 10000.0, factor: float = 4.0,
+    original_max_position_embeddings: int = 2048,
 ) -> dict[str, tuple[torch.Tensor, float]]:
     """rope type -> (inv_freq (head_dim // 2,) float32, attention_scaling), at the extended length.
 
@@ -128,9 +130,14 @@ def plot_rotation_2d(
         arc = np.linspace(angle_q, angle_q + ((angle_k - angle_q + np.pi) % (2 * np.pi) - np.pi), 50)
         ax.plot(0.35 * np.cos(arc), 0.35 * np.sin(arc), color="grey", linewidth=1.5)
         score = float(q_rot @ k_rot)
-        ax.set(xlim=(-1.35, 1.35), ylim=(-1.35, 1.35), aspect="equal", xlabel="dimension 2i (first of the pair)",
-               ylabel="dimension 2i+1 (second)",
-               title=f"m = {pos_q}, n = {pos_k}:  <R_m q, R_n k> = {score:.4f}")
+        ax.set(
+            xlim=(-1.35, 1.35),
+            ylim=(-1.35, 1.35),
+            aspect="equal",
+            xlabel="dimension 2i (first of the pair)",
+            ylabel="dimension 2i+1 (second)",
+            title=f"m = {pos_q}, n = {pos_k}:  <R_m q, R_n k> = {score:.4f}",
+        )
         ax.grid(alpha=0.3)
     fig.suptitle(f"theta = {theta} rad per position: the angle between q and k is (n - m) theta "
                  f"= {(n - m) * theta:.2f} rad in both panels")
@@ -217,8 +224,8 @@ def plot_relative_scores(q: torch.Tensor, k: torch.Tensor, num_positions: int = 
     """
     positions = torch.arange(num_positions)
     m_grid, n_grid = torch.meshgrid(positions, positions, indexing="ij")
-    scores = relative_score(q, k, m_grid.reshape(-1), n_grid.reshape(-1), base=base).reshape(num_positions,
-                                                                                             num_positions)
+    scores = relative_score(
+        q, k, m_grid.reshape(-1), n_grid.reshape(-1), base=base).reshape(num_positions, num_positions)
     fig = new_figure((10.0, 4.2))
     left, right = fig.subplots(1, 2)
     limit = float(scores.abs().max())
@@ -252,7 +259,8 @@ def logits_at_distance(q: torch.Tensor, k: torch.Tensor, distances: torch.Tensor
 def rope_decay_bound(distances, head_dim: int = 128, base: float = 10000.0) -> torch.Tensor:
     """RoFormer's long-term decay (section 3.4.3), as the relative bound plotted in the paper.
 
-    |score(m, n)| <= max_j |h_{j+1} - h_j| * sum_{j=1..d/2} |S_j|, with S_j = sum_{k=0}^{j-1} e^{i (m-n) theta_k}.
+    |score(m, n)| <= max_j |h_{j+1} - h_j| * sum_{j=1..d/2} |S_j|, with S_j = sum_{k=0}^{j-1} e^{i (m-n)
+    theta_k}.
     This returns (1 / (d/2)) * sum_{j=1..d/2} |S_j| (the mean of |S_j|): d/4 + 1/2 = 32.5 at distance 0 for
     d = 128, about 18.0 at 10, 10.2 at 100 and 4.5 at 1000, decaying while it oscillates.
 
@@ -278,8 +286,8 @@ def plot_decay_bound(max_distance: int = 10000, head_dim: int = 128,
     the bound; the logit for q = k = all-ones (= 2 sum_i cos(|m-n| theta_i)); and the root-mean-square
     logit of `num_random` independent Gaussian (q, k) pairs, which does not decay at all.
     """
-    distances = torch.unique(torch.cat((torch.arange(1, 50), torch.logspace(0, math.log10(max_distance),
-                                                                           num_points).round())).long())
+    distances = torch.unique(torch.cat(
+        (torch.arange(1, 50), torch.logspace(0, math.log10(max_distance), num_points).round())).long())
     fig = new_figure((11.0, 4.0))
     left, right = fig.subplots(1, 2)
     for index, base in enumerate(bases):
@@ -346,7 +354,8 @@ def angle_precision_error(
 
 
 def plot_angle_precision(positions: torch.Tensor, head_dim: int = 128, base: float = 10000.0,
-                         dtypes: Sequence[torch.dtype] = (torch.float16, torch.bfloat16, torch.float32)) -> Figure:
+                         dtypes: Sequence[torch.dtype] = (torch.float16, torch.bfloat16, torch.float32),
+                         ) -> Figure:
     """How wrong m * theta_i gets when it is computed in a low-precision dtype (`angle_precision_error`).
 
     Left: |round(m) - m|, the error in the position itself (zero up to 256 in bf16, 2048 in fp16).
@@ -455,7 +464,8 @@ def plot_rope_explorer(pair: int = 8, position: int = 100, base: float = 10000.0
     heat_ax.imshow(table.numpy(), aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, origin="lower",
                    extent=(-0.5, span - 0.5, -0.5, head_dim // 2 - 0.5), interpolation="nearest")
     heat_ax.axhline(pair, color="black", linewidth=0.8)
-    heat_ax.plot([position], [pair], marker="o", markersize=7, markerfacecolor="none", markeredgecolor="black")
+    heat_ax.plot([position], [pair], marker="o", markersize=7, markerfacecolor="none",
+                 markeredgecolor="black")
     heat_ax.set(xlabel="position m (tokens)", ylabel="dimension pair i", title="cos(m theta_i), base "
                 f"{base:g}")
 

@@ -116,7 +116,8 @@ def _control(spec, default):
         control = ipywidgets.interactive.widget_from_abbrev(spec, start)
     if hasattr(control, "continuous_update"):
         control.continuous_update = False
-    control.style.description_width = "initial"  # the full name, never "temperat..." (make_explorer aligns them)
+    # the full name, never "temperat..." (make_explorer aligns them)
+    control.style.description_width = "initial"
     control.layout.width = SLIDER_WIDTH
     return control
 

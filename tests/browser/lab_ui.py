@@ -20,16 +20,19 @@ NOTEBOOK = ".jp-NotebookPanel:not(.lm-mod-hidden)"
 CELLS_JS = """
 (selector) => {
   const hash = (text) => { let h = 2166136261; for (let i = 0; i < text.length; i++) {
-      h ^= text.charCodeAt(i); h = Math.imul(h, 16777619); } return (h >>> 0).toString(16) + ':' + text.length; };
+      h ^= text.charCodeAt(i); h = Math.imul(h, 16777619); } return (h >>> 0).toString(16) + ':' +
+      text.length; };
   const panel = document.querySelector(selector);
   if (!panel) return [];
   return [...panel.querySelectorAll('.jp-Notebook .jp-Cell')].map((cell) => ({
-    kind: cell.classList.contains('jp-CodeCell') ? 'code' : (cell.classList.contains('jp-MarkdownCell') ? 'markdown' : 'raw'),
+    kind: cell.classList.contains('jp-CodeCell') ? 'code' : (cell.classList.contains('jp-MarkdownCell') ?
+    'markdown' : 'raw'),
     prompt: (cell.querySelector('.jp-InputPrompt') || {}).textContent || '',
     source: (cell.querySelector('.cm-content') || {}).textContent || '',
     rendered: (cell.querySelector('.jp-RenderedMarkdown') || {}).textContent || '',
     output: [...cell.querySelectorAll('.jp-OutputArea-output')].map((o) => o.textContent).join('\\n'),
-    errors: [...cell.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
+    errors:
+    [...cell.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
       .map((o) => o.textContent).filter((t) => /Traceback|Error/.test(t)),
     images: [...cell.querySelectorAll('.jp-OutputArea-output img')].map((img) => hash(img.src)),
   }));
@@ -38,7 +41,8 @@ CELLS_JS = """
 
 
 def open_notebook(page, lab, name: str, workspace: str):
-    """Open notebooks/`name` in a fresh workspace; return when its cells are rendered and its kernel is idle."""
+    """Open notebooks/`name` in a fresh workspace; return when its cells are rendered and its kernel is
+    idle."""
     page.goto(lab.notebook_url(name, workspace))
     page.wait_for_selector(f"{NOTEBOOK} .jp-Notebook .jp-Cell", timeout=60_000)
     deadline = time.monotonic() + 90

@@ -63,7 +63,9 @@ def test_notebook_opens_and_renders(lab_page, lab, screenshots_dir, name):
     broken = page.locator(f"{ui.NOTEBOOK} .jp-OutputArea-output img").evaluate_all(
         "(imgs) => imgs.filter((img) => !(img.complete && img.naturalWidth > 0)).length")
     assert broken == 0, f"{name}: {broken} output images do not load"
-    assert page.locator(".jp-Dialog").count() == 0, f"{name}: a dialog opened: {page.locator('.jp-Dialog').inner_text()}"
+    assert page.locator(".jp-Dialog").count() == 0, (
+        f"{name}: a dialog opened: {page.locator('.jp-Dialog').inner_text()}"
+    )
     assert not page.console_errors, f"{name}: browser console errors {page.console_errors[:3]}"
     shot(page, screenshots_dir, f"open_{name[:-6]}")
     ui.close_current_tab(page)
@@ -230,8 +232,8 @@ EXPLORER_CELLS = {  # explorer -> (code, the slider to drag)
 def test_clip_rope_and_kv_memory_explorers_redraw(page, lab, screenshots_dir):
     cells = [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": code}
              for code, _ in EXPLORER_CELLS.values()]
-    notebook = {"cells": cells, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                                            "language": "python"}},
+    kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    notebook = {"cells": cells, "metadata": {"kernelspec": kernelspec},
                 "nbformat": 4, "nbformat_minor": 5}
     (lab.root / "explorers.ipynb").write_text(json.dumps(notebook))
     ui.open_notebook(page, lab, "explorers.ipynb", workspace="explorers")
