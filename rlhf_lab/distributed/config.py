@@ -1,0 +1,139 @@
+"""`SplitConfig`: how the rollout/learner split runs, validated at construction, and the checks that
+need the machine (a port in use, nccl without GPUs, a world size that does not fit).
+
+Every message names the field and what is allowed, as the rest of the lab's settings do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from dataclasses import dataclass
+
+import torch
+
+from ..util.validation import Validated, check_choice, check_number, check_optional
+
+LAUNCHES = ("spawn", "torchrun", "inline")
+SYNC_MODES = ("bucket", "tensor")
+BACKENDS = ("gloo", "nccl")
+ROLLOUT_DTYPES = ("float32", "bfloat16", "float16")
+ROLLOUT_CACHES = ("static", "quantized")
+
+
+@dataclass
+class SplitConfig(Validated):
+    """One learner process and `rollout_workers` rollout processes.
+
+    launch: "spawn" starts the rollout processes from this one (torch.multiprocessing), "torchrun"
+        reads RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT from the environment (rank 0 learns),
+        "inline" keeps one rollout worker in this process and feeds the learner rollouts exactly
+        `max_staleness` versions old: the same algorithm without processes (deterministic, no overlap).
+    max_staleness: K. A rollout may be at most K policy versions older than the learner that consumes
+        it; admission keeps at most K + 1 rollouts granted and not yet trained on, and a rollout that
+        still arrives staler (several workers, out of order) is dropped and counted.
+    sync: how weights travel, "bucket" (one flat broadcast) or "tensor" (one broadcast per tensor).
+    backend: the weight groups' backend, "gloo" (CPU) or "nccl" (GPUs). Rollouts always go over gloo.
+    master_port: None picks a free port at run time.
+    rollout_dtype, rollout_cache: the rollout copy's precision and KV cache ("quantized": int8),
+        while the learner stays in its own precision: the rollout/trainer mismatch.
+    timeout: seconds a collective may wait before it fails (a dead peer under torchrun).
+    max_restarts: how often the rollout processes may be restarted after one dies (spawn only).
+    """
+
+    rollout_workers: int = 1
+    max_staleness: int = 0
+    launch: str = "spawn"
+    sync: str = "bucket"
+    backend: str = "gloo"
+    master_addr: str = "127.0.0.1"
+    master_port: int | None = None
+    rollout_dtype: str = "float32"
+    rollout_cache: str = "static"
+    threads: int = 1  # torch threads per process: the processes share the machine's cores
+    timeout: float = 120.0
+    max_restarts: int = 3
+
+    def __post_init__(self) -> None:
+        check_number("rollout_workers", self.rollout_workers, low=1, integer=True)
+        check_number("max_staleness", self.max_staleness, low=0, integer=True)
+        check_choice("launch", self.launch, LAUNCHES)
+        check_choice("sync", self.sync, SYNC_MODES)
+        check_choice("backend", self.backend, BACKENDS)
+        check_optional(check_number, "master_port", self.master_port, low=1, high=65535, integer=True)
+        check_choice("rollout_dtype", self.rollout_dtype, ROLLOUT_DTYPES)
+        check_choice("rollout_cache", self.rollout_cache, ROLLOUT_CACHES)
+        check_number("threads", self.threads, low=1, integer=True)
+        check_number("timeout", self.timeout, low=0, low_open=True)
+        check_number("max_restarts", self.max_restarts, low=0, integer=True)
+        if self.launch == "inline" and self.rollout_workers != 1:
+            raise ValueError(f"rollout_workers must be 1 with launch='inline' (one worker in this process), "
+                             f"got {self.rollout_workers}")
+
+    @property
+    def world_size(self) -> int:
+        """Processes in the split: the learner and the rollout workers."""
+        return 1 + self.rollout_workers
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return getattr(torch, self.rollout_dtype)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def check_split_processes(world_size: int, field: str = "WORLD_SIZE") -> None:
+    """A split needs a learner and at least one rollout process."""
+    if world_size < 2:
+        raise ValueError(f"a rollout/learner split needs at least two processes (one learner, one rollout "
+                         f"worker): {field} must be >= 2, got {world_size}")
+
+
+def check_backend(backend: str, processes: int) -> None:
+    """nccl moves GPU tensors: it needs CUDA, an nccl build of torch, and a GPU per process."""
+    check_choice("backend", backend, BACKENDS)
+    if backend == "nccl":
+        if not torch.cuda.is_available() or not torch.distributed.is_nccl_available():
+            raise ValueError("backend 'nccl' needs CUDA GPUs and a torch built with NCCL "
+                             f"(cuda available: {torch.cuda.is_available()}); use backend='gloo' on the CPU")
+        if torch.cuda.device_count() < processes:
+            raise ValueError(f"backend 'nccl' needs one GPU per process: {processes} processes, "
+                             f"{torch.cuda.device_count()} GPUs; use fewer rollout_workers or backend='gloo'")
+
+
+def check_port_free(address: str, port: int, field: str = "master_port") -> None:
+    """Raise ValueError naming `field` when something already listens on (address, port)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((address, port))
+        except OSError as error:
+            raise ValueError(f"{field} {port} on {address} is in use ({error.strerror}); choose another port "
+                             f"or None to pick a free one") from None
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (the kernel picks it); the caller binds it soon after."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((address, 0))
+        return probe.getsockname()[1]
+
+
+def check_divides(batch: int, world_size: int, what: str = "prompts_per_step * num_generations") -> None:
+    """Data parallelism splits the batch into equal shards: world_size must divide it."""
+    check_number("world_size", world_size, low=1, integer=True)
+    if batch % world_size:
+        raise ValueError(f"world_size ({world_size}) must divide {what} ({batch}): each process takes an equal "
+                         "share of the batch")
+
+
+def torchrun_environment() -> dict | None:
+    """{rank, world_size, local_rank, master_addr, master_port} when started by torchrun, else None."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    return {"rank": int(os.environ["RANK"]), "world_size": int(os.environ["WORLD_SIZE"]),
+            "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
+            "master_addr": os.environ.get("MASTER_ADDR", "127.0.0.1"),
+            "master_port": int(os.environ.get("MASTER_PORT", 29500))}
