@@ -34,6 +34,7 @@ from rlhf_lab.model import LlamaModel
 from rlhf_lab.rl import Trainer, make_config
 from rlhf_lab.sft import lab_model_config
 from rlhf_lab.text.tokenizer import default_tokenizer
+from rlhf_lab.util.allocator import keep_freed_memory
 from rlhf_lab.util.device import cpu_name
 from rlhf_lab.viz import LiveDashboard
 
@@ -111,6 +112,7 @@ def main() -> None:
     parser.add_argument("--lab-steps", type=int, default=60, help="steps per run on the lab model")
     parser.add_argument("--models", default="tiny,lab", help="comma-separated: tiny, lab")
     args = parser.parse_args()
+    keep_freed_memory()  # the allocator tuning the CLI turns on (rlhf_lab/util/allocator.py)
     torch.set_num_threads(1)
     print(f"Machine: {machine()}")
     no_guard = dict(min_interval=0.0, max_overhead=None)

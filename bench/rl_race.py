@@ -22,6 +22,7 @@ import torch
 
 from rlhf_lab.rl import Trainer, make_config
 from rlhf_lab.runs.experiments import time_to_accuracy
+from rlhf_lab.util.allocator import keep_freed_memory
 from rlhf_lab.util.device import cpu_name
 
 BUDGETS = {"grpo": 120, "gspo": 120, "ppo": 240, "rloo": 120, "reinforce": 120, "remax": 120}
@@ -45,6 +46,7 @@ def main() -> None:
                         help="end each run at the first evaluation that reaches its target (stop_at_accuracy)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args()
+    keep_freed_memory()  # the allocator tuning the CLI turns on (rlhf_lab/util/allocator.py)
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out)

@@ -64,6 +64,11 @@ sys.path.insert(0, sys.argv[1])
 import torch
 torch.set_num_threads(int(sys.argv[4]))
 from rlhf_lab.rl import Trainer, make_config
+try:  # opt-in allocator tuning (rlhf_lab/util/allocator.py); older trees did it in the Trainer
+    from rlhf_lab.util.allocator import keep_freed_memory
+    keep_freed_memory()
+except ImportError:
+    pass
 trainer = Trainer(make_config(sys.argv[2], steps=int(sys.argv[3]) + 1, eval_every=0, eval_examples=1, seed=0))
 trainer.train_step()  # warm-up: first-call allocations and lazy initialisation
 cpu = []
@@ -88,6 +93,11 @@ sys.path.insert(0, sys.argv[1])
 import torch
 torch.set_num_threads(int(sys.argv[3]))
 from rlhf_lab.rl import Trainer, make_config
+try:  # opt-in allocator tuning (rlhf_lab/util/allocator.py); older trees did it in the Trainer
+    from rlhf_lab.util.allocator import keep_freed_memory
+    keep_freed_memory()
+except ImportError:
+    pass
 trainer = Trainer(make_config(sys.argv[2], eval_every=0, eval_examples=1, seed=0))
 trainer.train_step()  # warm-up
 print("ready", flush=True)

@@ -39,6 +39,7 @@ from rlhf_lab.model import LlamaModel
 from rlhf_lab.rl import Trainer, make_config
 from rlhf_lab.sft import SFTTrainer, lab_model_config
 from rlhf_lab.text.tokenizer import default_tokenizer
+from rlhf_lab.util.allocator import keep_freed_memory
 from rlhf_lab.util.device import cpu_name
 
 
@@ -114,6 +115,7 @@ def main() -> None:
     parser.add_argument("--conditions", nargs="+", choices=["idle", "busy"], default=["idle", "busy"])
     parser.add_argument("--history-steps", type=int, default=40, help="steps of the same-history check (0: skip)")
     args = parser.parse_args()
+    keep_freed_memory()  # the allocator tuning the CLI turns on (rlhf_lab/util/allocator.py)
     if args.steps < 2:
         parser.error(f"--steps must be at least 2 (quartiles need two pairs), got {args.steps}")
     print(f"\nThreads, {date.today()}, {cpu_name()}, {os.cpu_count()} logical "

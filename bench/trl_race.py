@@ -98,6 +98,7 @@ from rlhf_lab.rl import PolicyOutput, Rollout, Trainer, make_config, score_compl
 from rlhf_lab.text.hf_tokenizer import HFTokenizer
 from rlhf_lab.train.callbacks import Callback
 from rlhf_lab.train.evaluate import greedy_accuracy, standard_error
+from rlhf_lab.util.allocator import keep_freed_memory
 from rlhf_lab.util.device import cpu_name
 
 CHECKPOINT = "addition_rl_start"
@@ -115,7 +116,6 @@ SETTINGS = dict(
     max_grad_norm=1.0,
     num_iterations=1,
     num_minibatches=1,  # TRL: steps_per_generation = gradient_accumulation_steps = 1
-    mask_truncated_completions=False,
     bf16=False,  # float32 on both sides
     gradient_checkpointing=False,
     warmup_steps=0,
@@ -167,7 +167,7 @@ def trl_config(output_dir: str, seed: int, max_steps: int, max_completion_length
         learning_rate=s["learning_rate"], lr_scheduler_type="constant", warmup_steps=s["warmup_steps"],
         adam_beta1=ADAM_BETAS[0], adam_beta2=ADAM_BETAS[1], weight_decay=s["weight_decay"],
         max_grad_norm=s["max_grad_norm"], beta=s["beta"], epsilon=s["epsilon"], loss_type=s["loss_type"],
-        scale_rewards=s["scale_rewards"], mask_truncated_completions=s["mask_truncated_completions"],
+        scale_rewards=s["scale_rewards"], mask_truncated_completions=False,  # DAPO's option (rl/dapo.py): off
         temperature=s["temperature"], top_k=0, top_p=1.0, max_completion_length=max_completion_length,
         bf16=False, fp16=False, gradient_checkpointing=s["gradient_checkpointing"],
         eval_strategy="no", save_strategy="no", report_to="none", disable_tqdm=True,
@@ -492,6 +492,7 @@ def main() -> None:
                         help="also race the lab with kl_metric_samples=0 (no reference forward, as TRL at beta = 0)")
     parser.add_argument("--worker", choices=tuple(TRAINER_NAMES), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    keep_freed_memory()  # the allocator tuning the CLI turns on (rlhf_lab/util/allocator.py)
     if args.budget is None and args.steps is None:
         args.budget = 60.0
     if args.worker:

@@ -22,7 +22,8 @@ CLOCKS = ("wall_time", "step_time", "rollout_time", "update_time", "tokens_per_s
           "mem_optimizer_bytes", "mem_peak_bytes", "mem_update_peak_bytes")
 
 SMALL = dict(steps=4, eval_every=2, eval_examples=40, prompts_per_step=16, num_generations=8, seed=0)
-DAPO = dict(epsilon_high=0.28, loss_type="dapo")
+DAPO = dict(epsilon_high=0.28, loss_type="dapo", dynamic_sampling=False, mask_truncated_completions=False,
+            overlong_buffer=0)  # every DAPO option given, so the variants do not depend on DAPOConfig's defaults
 
 # name -> (algorithm, settings). A DAPO variant names "dapo" and runs as "grpo" where no DAPO class exists.
 VARIANTS = {

@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from .util.allocator import keep_freed_memory
 from .util.validation import check_known, check_number
 
 # ---------------------------------------------------------------------------------------------- data
@@ -326,6 +327,8 @@ def run_compare(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------- dispatch
 
+TRAINING_COMMANDS = ("sft", "train", "compare")  # these turn on the allocator tuning (util/allocator.py)
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "data": run_data,
     "sft": run_sft,
@@ -360,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
                     parser = build_parser()
                     from .runs import experiments  # noqa: F401  (what train and compare run)
                 args = parser.parse_args(argv)
+                if args.command in TRAINING_COMMANDS:
+                    keep_freed_memory()  # process-wide allocator tuning, opt-in here (util/allocator.py)
                 return COMMANDS[args.command](args)
             except (ValueError, FolderInUseError, PermissionError) as error:
                 # validation names the field and allowed values; a folder in use or not writable says so

@@ -24,6 +24,27 @@ def test_train_writes_history_metrics_plots_and_checkpoint(tmp_path, capsys):
     assert "held-out accuracy" in capsys.readouterr().out
 
 
+def test_training_commands_turn_on_the_allocator_tuning_and_a_trainer_does_not(tmp_path, monkeypatch):
+    """Process-wide tuning is the CLI's choice (rlhf_lab/util/allocator.py), never a side effect of
+    constructing a trainer: glibc is asked through ctypes, so every path to mallopt loads libc there."""
+    import ctypes
+
+    from rlhf_lab.rl import Trainer, make_config
+
+    for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
+        monkeypatch.delenv(name, raising=False)
+    loads, real = [], ctypes.CDLL
+    monkeypatch.setattr(ctypes, "CDLL", lambda name, *a, **k: loads.append(name) or real(name, *a, **k))
+    Trainer(make_config("grpo", prompts_per_step=2, n_train=50, n_test=10, eval_examples=5))
+    assert "libc.so.6" not in loads
+    assert main(["train", "--algo", "grpo", "--steps", "1", "--eval-every", "0", "--set", "eval_examples=5",
+                 "--set", "prompts_per_step=2", "--no-progress", "--no-plots", "--out", str(tmp_path / "r")]) == 0
+    import platform
+
+    if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+        assert "libc.so.6" in loads
+
+
 def test_compare_writes_one_report(tmp_path):
     out = tmp_path / "cmp"
     code = main(["compare", "--algos", "grpo", "reinforce", "--steps", "1", "--eval-every", "1",

@@ -11,8 +11,9 @@ from test_checkpoints import EPS32, SIGMAS, parity_tolerance
 
 import rlhf_lab.rl.losses as losses
 from rlhf_lab.rl import Trainer, make_config, policy_forward
-from rlhf_lab.rl.metrics import kl_metrics
+from rlhf_lab.rl.metrics import kl_metrics, sampled_kl_metrics
 from rlhf_lab.tasks import get_task
+from rlhf_lab.util.fast_paths import reference_paths
 
 SMALL = dict(prompts_per_step=4, num_generations=4, eval_every=0, eval_examples=8, n_train=200, n_test=40, steps=3)
 
@@ -58,6 +59,21 @@ def test_shared_prompt_forward_equals_the_full_sequence():
     assert relative <= 10 * (logit_rtol + rtol), relative
 
 
+def test_reference_paths_turn_prefix_sharing_off():
+    """With the fast paths off (rlhf_lab.util.fast_paths), every row goes through the model whole."""
+    trainer = trainer_for()
+    rollout = trainer.collect_rollout()
+    shapes = []
+    trainer.policy.register_forward_pre_hook(lambda module, args: shapes.append(tuple(args[0].shape)))
+    with torch.no_grad():
+        policy_forward(trainer.policy, rollout, share_prompts=True)
+        assert shapes[0][0] < len(rollout)  # the distinct prompts first
+        shapes.clear()
+        with reference_paths():
+            policy_forward(trainer.policy, rollout, share_prompts=True)
+    assert shapes == [(len(rollout), rollout.input_ids.shape[1] - 1)]
+
+
 def test_training_with_shared_prompts_stays_on_the_plain_path():
     """Gradient checkpointing recomputes layers without a cache, so its update takes the plain
     full-sequence forward: the seeded runs sample the same tokens and end within float noise."""
@@ -99,7 +115,8 @@ def test_kl_metric_sample_of_the_whole_batch_is_the_batch_kl():
     with torch.no_grad():
         policy = policy_forward(trainer.policy, rollout)
     expected = kl_metrics(policy.logprobs, rollout.ref_logprobs, rollout.completion_mask)
-    got = trainer.sampled_kl_metrics(rollout)  # the sampler's log-probs instead of a forward
+    with torch.no_grad():  # the sampler's log-probs instead of a forward
+        got = sampled_kl_metrics(rollout, trainer.config.kl_metric_samples, trainer.reference_logprobs)
     assert expected["kl_k3"] > 1e-6
     # the sampler's cached decode and the teacher-forced forward round differently: ~eps * |log-prob|
     tolerance = 1e3 * EPS32 * max(1.0, policy.logprobs.abs().max().item())
@@ -185,7 +202,7 @@ def test_attention_with_padded_softmax_equals_the_formula(queries, keys):
 def test_distinct_rows_maps_back_to_every_row():
     """distinct_rows against torch.unique(dim=0): the same set of rows, and distinct[inverse] == rows;
     also when two different rows are forced to share a key (the exact check must catch it)."""
-    from rlhf_lab.rl.rollout import distinct_rows
+    from rlhf_lab.rl.prefix_sharing import distinct_rows
 
     g = torch.Generator().manual_seed(2)
     base = torch.randint(0, 58, (12, 9), generator=g)
@@ -259,7 +276,7 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 20)
 
 
 def test_freed_memory_stays_for_the_next_step(monkeypatch):
-    """keep_freed_memory (the RL Trainer calls it): with glibc, an RMSNorm forward + backward on 4 MiB
+    """keep_freed_memory (the CLI and bench/ turn it on): with glibc, an RMSNorm forward + backward on 4 MiB
     tensors, repeated, page-faults far less of its memory back in than with glibc's default thresholds
     (measured: 0-100 minor faults per round against 1,500-3,400; at the lab update's own shapes the gap
     is the same but noisier, 0-10 against 20-150); the environment's own MALLOC_* settings win. Each

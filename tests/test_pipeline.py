@@ -60,7 +60,7 @@ def test_trainer_names_no_algorithm():
 
 
 @pytest.mark.parametrize("algo, overrides", [("grpo", {}), ("ppo", {}), ("gspo", {"num_minibatches": 2}),
-                                             ("remax", {}), ("grpo", {"dynamic_sampling": True})])
+                                             ("remax", {}), ("dapo", {})])
 def test_phases_one_by_one_equal_train_step(algo, overrides):
     by_hand, looped = trainer_for(algo, **overrides), trainer_for(algo, **overrides)
     for _ in range(2):
@@ -124,7 +124,7 @@ def test_loss_and_gradient_changes_nothing_and_matches_backward():
     assert all(torch.equal(v, before[k]) for k, v in trainer.policy.state_dict().items())
     # the same gradient by hand: forward, the algorithm's loss, backward
     policy = policy_forward(trainer.policy, rollout, trainer.config.temperature)
-    loss, _ = trainer.algorithm.loss(dataclasses.replace(rollout, old_logprobs=policy.logprobs.detach()), policy)
+    loss, _ = trainer.algorithm.loss(rollout, policy)  # on-policy: pi_old = pi_theta.detach()
     trainer.optimizer.zero_grad()
     loss.backward()
     by_hand = torch.cat([p.grad.flatten() for p in trainer.trainable_parameters()])

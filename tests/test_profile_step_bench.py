@@ -15,7 +15,7 @@ import torch
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "profile_step.py"
 GLIBC = sys.platform.startswith("linux") and (ctypes.util.find_library("c") or "").startswith("libc.so")
 
-# In a fresh process: optionally reserve 128 MB (more than the 64 MB the Trainer lets glibc keep: the
+# In a fresh process: optionally reserve 128 MB (more than the 64 MB the allocator tuning lets glibc keep: the
 # reserve must raise that limit, or freeing it would hand it back to the system), then allocate and touch 16 tensors of 2 MB (8,192 pages
 # of 4 KiB) and print how many page faults that took.
 TOUCH = r"""
@@ -24,7 +24,7 @@ sys.path.insert(0, sys.argv[1])  # bench/
 import torch
 import profile_step
 from rlhf_lab.util.allocator import keep_freed_memory
-keep_freed_memory()  # what the Trainer does: 2 MB blocks come from the heap
+keep_freed_memory()  # what the CLI does: 2 MB blocks come from the heap
 if sys.argv[2] == "reserve":
     assert profile_step.reserve_heap(128)
 before = profile_step.minor_faults()

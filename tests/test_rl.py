@@ -179,7 +179,7 @@ def test_ppo_separate_critic_is_counted_in_memory():
 
 
 def test_dynamic_sampling_keeps_only_informative_groups():
-    trainer = make_trainer("grpo", dynamic_sampling=True, steps=3, max_resample_rounds=3, reward_fn=count_ones_reward)
+    trainer = make_trainer("dapo", steps=3, max_resample_rounds=3, reward_fn=count_ones_reward)
     history = trainer.train()
     assert (history["num_rollout_rows"].iloc[1:] > 0).all()
     # every kept group has two different rewards, so no zero-std group reaches the loss

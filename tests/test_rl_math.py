@@ -16,13 +16,13 @@ import torch
 from rlhf_lab.rl.advantages import (
     gae,
     group_advantages,
-    overlong_soft_penalty,
     ppo_token_rewards,
     reinforce_advantages,
     remax_advantages,
     rloo_advantages,
     whiten,
 )
+from rlhf_lab.rl.dapo import overlong_soft_penalty
 from rlhf_lab.rl.kl import AdaptiveKLController, FixedKLController, kl_estimate, kl_k1, kl_k2, kl_k3
 from rlhf_lab.rl.losses import (
     LOSS_TYPES,

@@ -11,7 +11,15 @@ import torch
 
 from rlhf_lab.model import LlamaModel
 from rlhf_lab.rl import Trainer, make_config, policy_forward
-from rlhf_lab.rl.routing import RoutingStats, expert_load, expert_set_changed, routed_experts, routing_change
+from rlhf_lab.rl.algorithm import LossInfo
+from rlhf_lab.rl.metrics import UpdateStats
+from rlhf_lab.rl.routing import (
+    RoutingMonitor,
+    expert_load,
+    expert_set_changed,
+    routed_experts,
+    routing_change,
+)
 from rlhf_lab.runs.moe_experiment import mean_and_se, method_config, one_step_routing_change, run_summary
 from rlhf_lab.sft import lab_model_config
 from rlhf_lab.text.tokenizer import CharTokenizer
@@ -61,16 +69,16 @@ def test_expert_load_counts_slots_per_layer():
     assert torch.equal(load, torch.tensor([[0.5, 0.25, 0.25, 0.0], [0.0, 1.0, 0.0, 0.0]]))
 
 
-def test_routing_stats_ratio_spread_and_sequence_clip_fraction():
+def test_update_stats_ratio_spread_and_sequence_clip_fraction():
     ratio = torch.tensor([[1.5, 0.9, 1.0], [1.0, 1.1, 7.0]])  # 7.0 sits on padding: not counted
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
     clipped = torch.tensor([[True, False, False], [False, False, True]])  # row 2's clip is on padding
-    info = SimpleNamespace(token_ratio=ratio, sequence_ratio=torch.tensor([1.2, 0.95]), clipped_low=clipped,
-                           clipped_high=torch.zeros_like(clipped))
-    minibatch = SimpleNamespace(completion_mask=mask, old_logprobs=torch.zeros(2, 3), old_expert_indices=None)
-    policy = SimpleNamespace(logprobs=torch.zeros(2, 3), aux_loss=None, router_logits=None)
-    stats = RoutingStats()
-    stats.add(info, minibatch, policy, updates_before=0)
+    info = LossInfo(policy_loss=0.0, ratio=ratio, token_ratio=ratio, sequence_ratio=torch.tensor([1.2, 0.95]),
+                    clipped_low=clipped, clipped_high=torch.zeros_like(clipped), old_logprobs=torch.zeros(2, 3))
+    minibatch = SimpleNamespace(completion_mask=mask, ref_logprobs=None)
+    policy = SimpleNamespace(logprobs=torch.zeros(2, 3), entropy=torch.zeros(2, 3))
+    stats = UpdateStats()
+    stats.add(info, minibatch, policy, grad_norm=1.0, first_pass=True, keep=False)
     m = stats.metrics()
     deviations = torch.tensor([0.5, -0.1, 0.0, 0.0, 0.1], dtype=torch.float64)
     assert m["ratio_dev_std"] == pytest.approx(deviations.std(unbiased=False).item())
@@ -78,6 +86,15 @@ def test_routing_stats_ratio_spread_and_sequence_clip_fraction():
     assert m["seq_ratio_dev_max"] == pytest.approx(0.2)
     assert m["seq_clip_frac"] == 0.5
     assert m["kl_old"] == 0.0 and "routing_change" not in m
+
+
+def test_only_an_moe_policy_gets_the_routing_monitor():
+    assert any(isinstance(c, RoutingMonitor) for c in moe_trainer().callbacks)
+    dense = Trainer(make_config("grpo", prompts_per_step=2, num_generations=2, eval_every=0, n_train=50, n_test=10,
+                                eval_examples=5))
+    assert not any(isinstance(c, RoutingMonitor) for c in dense.callbacks)
+    row = dense.train_step()
+    assert "routing_change" not in row and "aux_loss" not in row
 
 
 # ---------------------------------------------------------------------------------------------

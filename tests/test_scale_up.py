@@ -16,6 +16,7 @@ from rlhf_lab.model import LlamaModel, ModelConfig
 from rlhf_lab.model.hf import save_pretrained
 from rlhf_lab.model.lora import add_lora, merged_model
 from rlhf_lab.rl import make_config
+from rlhf_lab.rl.metrics import reward_parts
 from rlhf_lab.rl.rollout import policy_forward
 from rlhf_lab.rl.trainer import Trainer
 from rlhf_lab.runs.scale_up import (
@@ -259,7 +260,7 @@ def test_reward_parts_are_the_mean_of_each_named_reward_over_the_rollout(folder)
     # scored over the batch (breakdown_batch) with the same values as completion by completion.
     trainer = trainer_for(folder)
     rollout = trainer.collect_rollout()
-    parts = trainer.reward_parts(rollout)
+    parts = reward_parts(trainer.task, trainer.reward_fn, trainer.tokenizer, rollout)
     assert set(parts) == {f"reward_{name}" for name in trainer.reward_fn.weights} and len(parts) >= 2
     decoded = [trainer.tokenizer.decode_until_eos(row) for row in rollout.completion_ids.tolist()]
     one_by_one = [trainer.reward_fn.breakdown(e.prompt, text, e.answer, done)

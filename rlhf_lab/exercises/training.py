@@ -70,7 +70,7 @@ class LearnerGRPO(GRPO):
         if self.learner_loss is None:
             return loss, info
         c = self.config
-        learner_loss = self.learner_loss(policy.logprobs, minibatch.old_logprobs, minibatch.advantages,
+        learner_loss = self.learner_loss(policy.logprobs, self.old_logprobs(minibatch, policy), minibatch.advantages,
                                          minibatch.completion_mask, c.eps_low, c.eps_high)
         info.policy_loss = float(learner_loss.detach())
         return learner_loss, info  # the gradient comes from the learner's loss

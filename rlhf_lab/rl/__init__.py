@@ -1,4 +1,4 @@
-"""RL fine-tuning on one loop: PPO, GRPO (and variants), GSPO, RLOO, REINFORCE, ReMax.
+"""RL fine-tuning on one loop: PPO, GRPO (Dr. GRPO), DAPO, GSPO, RLOO, REINFORCE, ReMax.
 
     from rlhf_lab.rl import Trainer, make_config
     trainer = Trainer(make_config("grpo", steps=50))
@@ -18,8 +18,10 @@ from ..util.validation import check_known
 from .algorithm import Algorithm, LossInfo, broadcast_to_tokens
 from .baselines import RLOO, Reinforce, ReinforceConfig, ReMax, ReMaxConfig, RLOOConfig
 from .config import RLConfig
+from .dapo import DAPO, DAPOConfig
 from .grpo import GRPO, GRPOConfig
 from .gspo import GSPO, GSPOConfig
+from .metrics import StepDistributions
 from .policy_gradient import PolicyGradient, PolicyGradientConfig
 from .ppo import PPO, PPOConfig
 from .rollout import (
@@ -33,11 +35,12 @@ from .rollout import (
     sample_and_score,
     score_completions,
 )
-from .trainer import LossAndGradient, NonFiniteLossError, StepDistributions, Trainer
+from .trainer import LossAndGradient, NonFiniteLossError, Trainer
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     "ppo": PPO,
     "grpo": GRPO,
+    "dapo": DAPO,
     "gspo": GSPO,
     "rloo": RLOO,
     "reinforce": Reinforce,
@@ -61,9 +64,40 @@ def make_config(algo: str, settings: dict | None = None, **overrides) -> RLConfi
 
 
 __all__ = [
-    "ALGORITHMS", "GRPO", "GSPO", "PPO", "RLOO", "Algorithm", "Callback", "GRPOConfig", "GSPOConfig",
-    "LossAndGradient", "LossInfo", "NonFiniteLossError", "PPOConfig", "PolicyGradient", "PolicyGradientConfig",
-    "PolicyOutput", "RLConfig", "RLOOConfig", "ReMax", "ReMaxConfig", "Reinforce", "ReinforceConfig", "Rollout",
-    "RolloutSampler", "StepDistributions", "Trainer", "broadcast_to_tokens", "completion_logits", "encode_rollout", "make_config",
-    "next_token_logprobs", "policy_forward", "sample_and_score", "score_completions",
+    "ALGORITHMS",
+    "DAPO",
+    "GRPO",
+    "GSPO",
+    "PPO",
+    "RLOO",
+    "Algorithm",
+    "Callback",
+    "DAPOConfig",
+    "GRPOConfig",
+    "GSPOConfig",
+    "LossAndGradient",
+    "LossInfo",
+    "NonFiniteLossError",
+    "PPOConfig",
+    "PolicyGradient",
+    "PolicyGradientConfig",
+    "PolicyOutput",
+    "RLConfig",
+    "RLOOConfig",
+    "ReMax",
+    "ReMaxConfig",
+    "Reinforce",
+    "ReinforceConfig",
+    "Rollout",
+    "RolloutSampler",
+    "StepDistributions",
+    "Trainer",
+    "broadcast_to_tokens",
+    "completion_logits",
+    "encode_rollout",
+    "make_config",
+    "next_token_logprobs",
+    "policy_forward",
+    "sample_and_score",
+    "score_completions",
 ]

@@ -124,22 +124,6 @@ def reinforce_advantages(rewards: torch.Tensor, baseline: str = "none") -> torch
     return rewards.clone()  # r_i
 
 
-def overlong_soft_penalty(lengths: torch.Tensor, max_len: int, cache_len: int) -> torch.Tensor:
-    """DAPO's soft overlong punishment (arXiv 2503.14476, eq. 13), added to the task reward. (N,) -> (N,).
-
-        0                                  if |y| <= L_max - L_cache
-        ((L_max - L_cache) - |y|) / L_cache  if L_max - L_cache < |y| <= L_max   (linear from 0 to -1)
-        -1                                 if |y| > L_max
-    """
-    if not 0 < cache_len <= max_len:
-        raise ValueError(f"cache_len must be in (0, max_len={max_len}], got {cache_len}")
-    lengths = lengths.float()
-    soft_start = max_len - cache_len  # L_max - L_cache
-    penalty = (soft_start - lengths) / cache_len  # ((L_max - L_cache) - |y|) / L_cache
-    penalty = torch.where(lengths <= soft_start, torch.zeros_like(penalty), penalty)
-    return torch.where(lengths > max_len, torch.full_like(penalty, -1.0), penalty)
-
-
 # ----------------------------------------------------------------------------------------------
 # PPO: per-token rewards, GAE, whitening
 

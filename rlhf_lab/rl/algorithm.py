@@ -2,18 +2,20 @@
 
 The loop (trainer.py) runs the same phases for every method and asks the algorithm at each hook:
 
-    make_critic(policy)               which model predicts values, if any           (PPO)
-    shape_rollout(rollout, sampler)   change the batch before the loss sees it       (DAPO, ReMax)
-    needs_old_logprobs                must log pi_old be stored at rollout time?     (off-policy, PPO)
-    needs_reference_logprobs          does the loss or the advantage use log pi_ref? (PPO; beta > 0)
-    compute_advantages(rollout)       each completion token's advantage              (every method)
-    loss(minibatch, policy)           the scalar to minimise, plus what it reports  (every method)
-    after_step(metrics)               per-step state, e.g. an adaptive KL weight     (PPO)
+    setup(policy)                     build what the method needs beside the policy  (PPO: its critic)
+    models()                          those models, trained with the policy           (PPO's separate critic)
+    shape_rollout(rollout, sampler)   change the batch before the loss sees it        (DAPO, ReMax)
+    needs_old_logprobs                must log pi_old be computed at rollout time?    (off-policy, PPO)
+    needs_reference_logprobs          does the loss or the advantage use log pi_ref?  (PPO; beta > 0)
+    before_update(rollout, old)       keep what the loss needs from the sampling policy (log pi_old, V_old)
+    compute_advantages(rollout)       each completion token's advantage               (every method)
+    loss(minibatch, policy)           the scalar to minimise, plus what it reports   (every method)
+    after_step(metrics)               per-step state, e.g. an adaptive KL weight      (PPO)
     state_dict() / load_state_dict()  that state, so a step can be undone or resumed
 
 Everything else (sampling, the reference model, the optimiser, minibatches, metrics, faults) is
-the loop's job, and the loop names no algorithm. So ppo.py, grpo.py, gspo.py and baselines.py each
-hold all of one method's behaviour and can be read side by side.
+the loop's job, and the loop names no algorithm. So ppo.py, grpo.py, dapo.py, gspo.py and
+baselines.py each hold all of one method's behaviour and can be read side by side.
 """
 
 from __future__ import annotations
@@ -38,20 +40,23 @@ class LossInfo:
     sequence_ratio: torch.Tensor  # (n,) exp(mean_t log(pi / pi_old)): GSPO's s_i, a diagnostic for the others
     clipped_low: torch.Tensor  # bool: the clip at 1 - eps was active
     clipped_high: torch.Tensor  # bool: the clip at 1 + eps_high was active
+    old_logprobs: torch.Tensor  # log pi_old, the sampling policy the ratio divides by
     value_loss: float = float("nan")
     value_clip_fraction: float = float("nan")
+    explained_variance: float = float("nan")  # of the returns by the critic's values (PPO)
     kl_penalty: float = 0.0  # beta * mean k3, when the KL is in the loss
 
     @classmethod
     def of(cls, policy_loss: torch.Tensor, ratio: torch.Tensor, clipped_low: torch.Tensor,
-           clipped_high: torch.Tensor, minibatch: Rollout, policy: PolicyOutput, **extra) -> LossInfo:
+           clipped_high: torch.Tensor, old_logprobs: torch.Tensor, minibatch: Rollout, policy: PolicyOutput,
+           **extra) -> LossInfo:
         """The one way an algorithm fills its report: the raw ratios come from the log-probs."""
         logprobs = policy.logprobs.detach()
         return cls(
             policy_loss=policy_loss.item(), ratio=ratio.detach(),
-            token_ratio=torch.exp(token_log_ratio(logprobs, minibatch.old_logprobs)),
-            sequence_ratio=torch.exp(sequence_log_ratio(logprobs, minibatch.old_logprobs, minibatch.completion_mask)),
-            clipped_low=clipped_low, clipped_high=clipped_high, **extra,
+            token_ratio=torch.exp(token_log_ratio(logprobs, old_logprobs)),
+            sequence_ratio=torch.exp(sequence_log_ratio(logprobs, old_logprobs, minibatch.completion_mask)),
+            clipped_low=clipped_low, clipped_high=clipped_high, old_logprobs=old_logprobs.detach(), **extra,
         )
 
 
@@ -61,12 +66,17 @@ class Algorithm(ABC):
 
     def __init__(self, config: RLConfig) -> None:
         if not isinstance(config, self.config_class):
-            raise TypeError(f"{type(self).__name__} needs a {self.config_class.__name__}, got {type(config).__name__}")
+            raise TypeError(f"{type(self).__name__} needs a {self.config_class.__name__}, "
+                            f"got {type(config).__name__}")
         self.config = config
 
-    def make_critic(self, policy: torch.nn.Module) -> torch.nn.Module | None:
-        """The model whose value head gives V(s_t), or None. May be `policy` itself (a shared trunk)."""
-        return None
+    def setup(self, policy: torch.nn.Module) -> None:  # noqa: B027  (an optional hook, empty on purpose)
+        """Called once with the policy to train, before the optimiser is built."""
+
+    def models(self) -> dict[str, torch.nn.Module]:
+        """Models this method trains besides the policy, by name: their parameters join the optimiser
+        and their weights the saved state."""
+        return {}
 
     def shape_rollout(self, rollout: Rollout, sampler: RolloutSampler) -> Rollout:
         """The batch the loss will see. `sampler(count)` draws more prompts if the method needs them."""
@@ -74,8 +84,8 @@ class Algorithm(ABC):
 
     @property
     def needs_old_logprobs(self) -> bool:
-        """Store log pi_old at rollout time? Only needed when minibatches go off-policy; otherwise the
-        loop uses pi_old = pi_theta.detach() (the ratio is then exactly 1)."""
+        """Compute log pi_old at rollout time? Only needed when minibatches go off-policy: on-policy the
+        loss takes pi_old = pi_theta.detach() (policy_gradient.py)."""
         return not self.config.on_policy
 
     @property
@@ -84,6 +94,12 @@ class Algorithm(ABC):
         model's forward over the whole batch and estimates the KL metrics on a few rows
         (`RLConfig.kl_metric_samples`). Default True: a method that says nothing gets them."""
         return True
+
+    def before_update(self, rollout: Rollout, old: PolicyOutput | None) -> None:
+        """Keep what the loss needs from the policy that sampled. `old` is that policy's no-grad forward
+        over the rollout (with its value head's output, if any), None when nothing asked for it."""
+        if old is not None and self.needs_old_logprobs:
+            rollout.old_logprobs = old.logprobs
 
     @abstractmethod
     def compute_advantages(self, rollout: Rollout) -> None:

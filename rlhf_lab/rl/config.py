@@ -3,8 +3,9 @@
 Field names follow TRL's GRPOConfig / PPOConfig where they exist (num_generations, num_iterations,
 beta, epsilon, epsilon_high, temperature, max_completion_length, learning_rate, max_grad_norm...).
 Every field is validated at construction and again when assigned later (rlhf_lab.util.validation);
-errors name the field and the allowed values. Settings that only some methods use live in their config classes: beta in the
-policy-gradient family (policy_gradient.py), kl_coef and the critic in PPO's.
+errors name the field and the allowed values. Settings that only some methods use live in their
+config classes: beta in the policy-gradient family (policy_gradient.py), kl_coef and the critic in
+PPO's.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ class RLConfig(Validated):
     # 0: no KL metrics then (NaN).
     kl_metric_samples: int | None = 32
     # --- the step engine (what a real model on a GPU needs; the same code runs on the CPU)
-    bf16: bool | None = None  # bf16 autocast (log-probs stay fp32); None: on CUDA when supported; True: also on CPU
+    # bf16 autocast (log-probs stay fp32); None: on CUDA when supported; True: also on CPU
+    bf16: bool | None = None
     attn_implementation: str | None = None  # "eager" / "sdpa"; None: the model's own setting
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~1 more forward
     lora_r: int = 0  # > 0: train LoRA adapters of this rank (peft) instead of every weight
@@ -73,15 +75,18 @@ class RLConfig(Validated):
         if not isinstance(self.task_params, dict):
             raise ValueError(f"task_params must be a dict such as {{'digits': 3}}, got {self.task_params!r}")
         if self.reward_weights is not None and not isinstance(self.reward_weights, dict):
-            raise ValueError(f"reward_weights must be a dict such as {{'correct': 1.0}} or None, got {self.reward_weights!r}")
+            raise ValueError("reward_weights must be a dict such as {'correct': 1.0} or None, "
+                             f"got {self.reward_weights!r}")
         for name in ("n_train", "n_test", "prompts_per_step", "num_generations", "num_iterations",
                      "num_minibatches", "eval_examples"):
             check_number(name, getattr(self, name), low=1, integer=True)
         for name in ("warmup_steps", "steps", "eval_every", "seed"):
             check_number(name, getattr(self, name), low=0, integer=True)
         if self.eval_examples > self.n_test:
-            raise ValueError(f"eval_examples ({self.eval_examples}) must be <= n_test ({self.n_test}): evaluation "
-                             "draws its problems from the test split")
+            raise ValueError(
+                f"eval_examples ({self.eval_examples}) must be <= n_test ({self.n_test}): evaluation "
+                "draws its problems from the test split"
+            )
         check_number("temperature", self.temperature, low=0, low_open=True)
         if self.max_completion_length is not None:
             check_number("max_completion_length", self.max_completion_length, low=1, integer=True)
@@ -106,7 +111,8 @@ class RLConfig(Validated):
         batch = self.prompts_per_step * self.num_generations
         if batch % self.num_minibatches:
             raise ValueError(
-                f"num_minibatches ({self.num_minibatches}) must divide prompts_per_step * num_generations ({batch})"
+                f"num_minibatches ({self.num_minibatches}) must divide "
+                f"prompts_per_step * num_generations ({batch})"
             )
 
     @property

@@ -1,16 +1,19 @@
 """PPO for RLHF (Schulman et al. 2017; Ziegler et al. 2019; Ouyang et al. 2022), as in OpenAI's
 lm-human-preferences and TRL's PPO trainer.
 
-    r_t   = -kl_coef * (log pi_old(a_t) - log pi_ref(a_t))   (+ score on the last completion token)
-    delta = r_t + gamma * V(s_{t+1}) - V(s_t)
-    A_t   = delta_t + gamma * lambda * A_{t+1}            (GAE), then whitened over the batch
-    loss  = mean_t max(-A_t r_t, -A_t clip(r_t, 1 - eps, 1 + eps))            policy
-          + vf_coef * 0.5 * mean_t max((V - R)^2, (clip(V, V_old +- c) - R)^2)  critic
+With r_t the per-token reward, V the critic, rho the importance ratio and R the returns:
+
+    r_t     = -kl_coef * (log pi_old(a_t) - log pi_ref(a_t))   (+ the score on the last completion token)
+    delta_t = r_t + gamma * V(s_{t+1}) - V(s_t)
+    A_t     = delta_t + gamma * lambda * A_{t+1}          (GAE), then whitened over the batch
+    rho_t   = pi(a_t) / pi_old(a_t)
+    loss    = mean_t max(-A_t rho_t, -A_t clip(rho_t, 1 - eps, 1 + eps))            policy
+            + vf_coef * 0.5 * mean_t max((V - R)^2, (clip(V, V_old +- c) - R)^2)    critic
 
 Unlike GRPO: a learned critic supplies a per-token baseline, and the KL to the reference enters
 the REWARD (per token, k1) rather than the loss. The KL coefficient may adapt to a target.
-The critic is a value head on the policy's trunk (critic="head") or a separate copy of the model
-with its own head (critic="separate", as TRL does); PPO builds it in `make_critic`.
+The critic is PPO's own: a value head on the policy's trunk (critic="head") or a separate copy of
+the model with its own head (critic="separate", as TRL does).
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ from dataclasses import dataclass
 
 import torch
 
+from ..util.device import autocast
 from ..util.validation import check_bool, check_choice, check_number
 from .advantages import gae, ppo_token_rewards, whiten
 from .algorithm import Algorithm, LossInfo
 from .config import RLConfig
 from .kl import KL_ESTIMATORS, AdaptiveKLController, FixedKLController
-from .losses import clipped_surrogate, clipped_value_loss, masked_mean, token_log_ratio
+from .losses import clipped_surrogate, clipped_value_loss, explained_variance, masked_mean, token_log_ratio
+from .rollout import policy_forward
 
 
 @dataclass
@@ -77,14 +82,30 @@ class PPO(Algorithm):
             if config.adaptive_kl else FixedKLController(config.kl_coef)
         )
         self.last_sequence_kl = 0.0
+        self.critic = None
 
-    def make_critic(self, policy):
-        """V(s_t) from a zero-initialised linear head (OpenAI's choice): on the policy's own trunk, or
-        on a separate copy of the starting model, which doubles the parameters but lets the value
-        loss not disturb the policy's features."""
-        critic = copy.deepcopy(policy) if self.config.critic == "separate" else policy
-        critic.add_value_head()
-        return critic
+    def setup(self, policy):
+        """The critic V(s_t): a zero-initialised linear head (OpenAI's choice), on the policy's own trunk,
+        or on a separate copy of the starting model, which doubles the parameters but keeps the value
+        loss from disturbing the policy's features."""
+        self.critic = copy.deepcopy(policy) if self.config.critic == "separate" else policy
+        self.critic.add_value_head()
+
+    def models(self):
+        return {"critic": self.critic} if self.config.critic == "separate" else {}
+
+    def critic_values(self, rollout, outputs) -> torch.Tensor:
+        """V(s_t), (N, T): from the policy's forward `outputs` when the head sits on its trunk, else the
+        separate critic's own forward (with gradient when called with gradients on)."""
+        if self.config.critic == "head":
+            return outputs.values
+        with autocast(self.critic.device, self.config.bf16):
+            return policy_forward(self.critic, rollout, self.config.temperature, with_values=True,
+                                  share_prompts=True).values
+
+    def before_update(self, rollout, old):
+        rollout.old_logprobs = old.logprobs
+        rollout.old_values = self.critic_values(rollout, old)
 
     def compute_advantages(self, rollout):
         c, mask = self.config, rollout.completion_mask
@@ -113,22 +134,28 @@ class PPO(Algorithm):
 
     def loss(self, minibatch, policy):
         c, mask = self.config, minibatch.completion_mask
-        ratio = torch.exp(token_log_ratio(policy.logprobs, minibatch.old_logprobs))
-        per_token, clipped_low, clipped_high = clipped_surrogate(ratio, minibatch.advantages, c.eps_low, c.eps_high)
+        ratio = torch.exp(token_log_ratio(policy.logprobs, minibatch.old_logprobs))  # rho_t
+        advantages = minibatch.advantages
+        per_token, clipped_low, clipped_high = clipped_surrogate(ratio, advantages, c.eps_low, c.eps_high)
         policy_loss = masked_mean(per_token, mask)
+        values = self.critic_values(minibatch, policy)
         value_loss, value_clip_fraction = clipped_value_loss(
-            policy.values, minibatch.old_values, minibatch.returns, mask, c.cliprange_value
+            values, minibatch.old_values, minibatch.returns, mask, c.cliprange_value
         )
         loss = policy_loss + c.vf_coef * value_loss
-        return loss, LossInfo.of(policy_loss, ratio, clipped_low, clipped_high, minibatch, policy,
-                                 value_loss=value_loss.item(), value_clip_fraction=float(value_clip_fraction))
+        explained = float(explained_variance(values.detach(), minibatch.returns, mask))
+        report = LossInfo.of(policy_loss, ratio, clipped_low, clipped_high, minibatch.old_logprobs, minibatch,
+                             policy, value_loss=value_loss.item(), explained_variance=explained,
+                             value_clip_fraction=float(value_clip_fraction))
+        return loss, report
 
     @property
     def kl_coefficient(self) -> float:
         return self.kl_controller.value
 
     def after_step(self, metrics):
-        self.kl_controller.update(self.last_sequence_kl, self.config.prompts_per_step * self.config.num_generations)
+        samples = self.config.prompts_per_step * self.config.num_generations
+        self.kl_controller.update(self.last_sequence_kl, samples)
 
     def state_dict(self) -> dict:
         return {"kl_coef": self.kl_controller.value, "last_sequence_kl": self.last_sequence_kl}

@@ -21,8 +21,10 @@ from numbers import Real
 import torch
 
 from ..sampling import SamplingConfig, generate
+from ..util import fast_paths
 from ..util.device import autocast
 from .losses import selective_log_softmax_and_entropy
+from .prefix_sharing import shared_prompt_logits
 from .routing import is_moe
 
 
@@ -40,14 +42,16 @@ class Rollout:
     examples: list | None = None  # (N,) the task Example each row answers (rows of a group share one)
     max_completion_length: int | None = None  # the generation budget (Dr. GRPO's constant, DAPO's L_max)
     old_logprobs: torch.Tensor | None = None  # (N, T) log pi_old(token) at rollout time
-    sampling_logprobs: torch.Tensor | None = None  # (N, T) log-prob of each token under the distribution the sampler drew it from
+    # (N, T) log-prob of each token under the distribution the sampler drew it from
+    sampling_logprobs: torch.Tensor | None = None
     ref_logprobs: torch.Tensor | None = None  # (N, T) log pi_ref(token)
     old_values: torch.Tensor | None = None  # (N, T) critic's V(s_t) at rollout time (PPO)
     advantages: torch.Tensor | None = None  # (N, T) filled by the algorithm
     returns: torch.Tensor | None = None  # (N, T) value targets (PPO)
     token_rewards: torch.Tensor | None = None  # (N, T) PPO's per-token reward (-kl_coef * kl + score)
     greedy_rewards: torch.Tensor | None = None  # (prompts,) ReMax's baseline: reward of the greedy answer
-    # MoE policy: pi_old's experts, one (N, P + T - 1, k) long tensor per MoE layer (routing replay, routing.py)
+    # MoE policy: pi_old's experts, one (N, P + T - 1, k) long tensor per MoE layer (routing replay,
+    # routing.py)
     old_expert_indices: tuple[torch.Tensor, ...] | None = None
 
     def __len__(self) -> int:
@@ -109,7 +113,8 @@ class Rollout:
         out["input_ids"] = torch.cat([zeros(dp, ids), ids, zeros(dt, ids)], 1)
         out["attention_mask"] = torch.cat([zeros(dp, self.attention_mask), self.attention_mask,
                                            zeros(dt, self.attention_mask)], 1)
-        for name in ("completion_ids", "completion_mask", "old_logprobs", "sampling_logprobs", "ref_logprobs", "old_values",
+        for name in ("completion_ids", "completion_mask", "old_logprobs", "sampling_logprobs", "ref_logprobs",
+                     "old_values",
                      "advantages", "returns", "token_rewards"):
             value = out[name]
             if value is not None:
@@ -212,9 +217,9 @@ class RolloutSampler:
     def sample(self, examples: Sequence, num_generations: int | None = None,
                sampling: SamplingConfig | None = None) -> Rollout:
         """Completions for the given examples (default: G each, at the training temperature)."""
-        return sample_and_score(self.policy, self.tokenizer, examples, num_generations or self.num_generations,
-                                sampling or self.sampling, self.reward_fn, self.task, self.sample_generator,
-                                self.accuracy_fn)
+        return sample_and_score(self.policy, self.tokenizer, examples,
+                                num_generations or self.num_generations, sampling or self.sampling,
+                                self.reward_fn, self.task, self.sample_generator, self.accuracy_fn)
 
     def greedy_rewards(self, examples: Sequence) -> torch.Tensor:
         """(len(examples),) the reward of each example's greedy completion."""
@@ -225,13 +230,15 @@ class RolloutSampler:
         return self.sample(self.draw_prompts(count))
 
 
-def encode_rollout(tokenizer, prompts: Sequence[str], completions: Sequence[str], finished: Sequence[bool] | None = None,
+def encode_rollout(tokenizer, prompts: Sequence[str], completions: Sequence[str],
+                   finished: Sequence[bool] | None = None,
                    num_generations: int = 1, device=None) -> Rollout:
     """A Rollout of completions you give (no sampling): left-padded prompts (with BOS), right-padded
     completions, EOS appended where `finished` (default: everywhere). Rewards are zeros; the rollout
     is for `policy_forward` (teacher-forced log-probs, entropy, values) and for hand-made losses."""
     if len(prompts) != len(completions):
-        raise ValueError(f"prompts and completions must have the same length, got {len(prompts)} and {len(completions)}")
+        raise ValueError(f"prompts and completions must have the same length, "
+                         f"got {len(prompts)} and {len(completions)}")
     finished = [True] * len(prompts) if finished is None else list(finished)
     prompt_ids = [tokenizer.encode(p, add_bos=True) for p in prompts]
     completion_ids = [tokenizer.encode(c, add_eos=bool(f)) for c, f in zip(completions, finished)]
@@ -263,7 +270,8 @@ class PolicyOutput:
     values: torch.Tensor | None  # (N, T) V(s_t): the value of the state before token t
     # MoE policy only (None for a dense one), the model's outputs at all N x (P + T - 1) positions:
     router_logits: tuple[torch.Tensor, ...] | None = None  # per MoE layer (N, P + T - 1, E) float32
-    expert_indices: tuple[torch.Tensor, ...] | None = None  # per MoE layer (N, P + T - 1, k) long: experts used
+    # per MoE layer (N, P + T - 1, k) long: experts used
+    expert_indices: tuple[torch.Tensor, ...] | None = None
     aux_loss: torch.Tensor | None = None  # scalar: router_aux_loss_coef * balance + router_z_loss_coef * z
 
 
@@ -277,40 +285,31 @@ def rollout_forward(model, rollout: Rollout, expert_indices: tuple[torch.Tensor,
                  num_logits_to_keep=num_logits_to_keep, **replay)
 
 
-def completion_logits(model, rollout: Rollout, temperature: float = 1.0, share_prompts: bool = False, output=None):
+def completion_logits(model, rollout: Rollout, temperature: float = 1.0, share_prompts: bool = False,
+                      output=None):
     """(logits (N, T, V) float32 / temperature, values (N, T) or None) at the completion positions.
 
-    The logit at position P-1+t predicts completion token t, so we keep positions P-1 .. P+T-2 and
-    divide by the sampling temperature (the distribution the tokens were drawn from).
+    The logit at position P-1+t predicts completion token t, so we keep positions P-1 .. P+T-2 (the
+    last T of the P+T-1 inputs: the lm_head runs on those only) and divide by the sampling
+    temperature (the distribution the tokens were drawn from).
 
-    share_prompts=True (what the RL Trainer uses): when rows share a prompt (the G completions of a
-    group), each distinct prompt goes through the model once and its keys/values serve all of its
-    rows: `shared_prompt_forward`. The same function of the weights (causal attention: a prompt
-    position never sees the completion), so the same log-probs and gradients up to float rounding,
-    for a fraction of the tokens. The default, one forward over every row's whole sequence, gives each
-    row the same bits whatever else is in the batch (DPO compares pi and pi_ref computed in different
-    batches and counts exact ties).
+    share_prompts=True lets the fast path run when it is on (rlhf_lab.util.fast_paths): the rows of a
+    group share a prompt, which then goes through the model once (prefix_sharing.py). False keeps one
+    forward per row, whose bits do not depend on what else is in the batch (DPO compares pi and
+    pi_ref computed in different batches and counts exact ties).
 
     output: a `rollout_forward` already run over every row's whole sequence (what an MoE policy
     needs for its router outputs); its logits are sliced, nothing is recomputed.
     """
     P, T = rollout.prompt_width, rollout.completion_ids.shape[1]
-    if output is not None:  # positions P-1 .. P+T-2 are the last T, whatever num_logits_to_keep was
-        values = output.values[:, P - 1 : P - 1 + T] if output.values is not None else None
-        return at_temperature(output.logits[:, -T:], temperature), values
-    recompute = getattr(model, "gradient_checkpointing", False) and torch.is_grad_enabled()
-    if share_prompts and not recompute:  # checkpointing recomputes layers without a cache
-        prompts = torch.cat([rollout.input_ids[:, :P], rollout.attention_mask[:, :P]], dim=1)  # (N, 2P)
-        unique, row_prompt = distinct_rows(prompts)  # (U, 2P), (N,)
-        if len(unique) < len(rollout):
-            logits, values = shared_prompt_forward(model, rollout, unique[:, :P], unique[:, P:], row_prompt)
-            return at_temperature(logits, temperature), values
-    # Positions P-1 .. P+T-2 are the last T of the P+T-1 inputs: the lm_head runs on those only
-    # (num_logits_to_keep), not on the prompt positions whose logits nothing uses.
-    out = rollout_forward(model, rollout, num_logits_to_keep=T)
-    logits = at_temperature(out.logits, temperature)  # (N, T, V)
-    values = out.values[:, P - 1 : P - 1 + T] if out.values is not None else None
-    return logits, values
+    if output is None and share_prompts and fast_paths.enabled():
+        shared = shared_prompt_logits(model, rollout)
+        if shared is not None:
+            return at_temperature(shared[0], temperature), shared[1]
+    if output is None:
+        output = rollout_forward(model, rollout, num_logits_to_keep=T)
+    values = output.values[:, P - 1 : P - 1 + T] if output.values is not None else None
+    return at_temperature(output.logits[:, -T:], temperature), values
 
 
 def at_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -318,77 +317,6 @@ def at_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     less forward and backward)."""
     logits = logits.float()
     return logits if temperature == 1 else logits / temperature
-
-
-def distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(distinct (U, W), inverse (N,)) of an integer matrix's rows: distinct[inverse] == rows, as
-    torch.unique(rows, dim=0, return_inverse=True) gives (whose CPU kernel compares rows one pair at a
-    time: ~1,500 small ops for 256 rows), up to the order of the distinct rows.
-
-    Each row is summarised by one integer key, sum_j rows[:, j] * w_j with fixed odd weights, the keys
-    made unique in one call, and the result checked exactly (distinct[inverse] == rows); should two
-    different rows ever share a key, the check fails and torch.unique's row comparison answers."""
-    n, width = rows.shape
-    weights = (torch.arange(1, width + 1, device=rows.device) * 2654435761) % (1 << 31) | 1  # Knuth's multiplier
-    keys, inverse = torch.unique((rows.long() * weights).sum(1), return_inverse=True)  # (U,), (N,)
-    # each key's first row stands for it
-    first = torch.full((len(keys),), n, device=rows.device).scatter_reduce_(
-        0, inverse, torch.arange(n, device=rows.device), "amin")
-    distinct = rows[first]
-    if torch.equal(distinct[inverse], rows):
-        return distinct, inverse
-    return torch.unique(rows, dim=0, return_inverse=True)
-
-
-def shared_prompt_forward(model, rollout: Rollout, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                          row_prompt: torch.Tensor):
-    """Teacher-forced logits (N, T, V) and values (N, T) or None, each prompt computed once.
-
-    prompt_ids, prompt_mask: (U, P) the distinct (left-padded) prompts; row_prompt: (N,) which of them
-    row n continues. 1. the U prompts through the model, keys/values kept in a cache (with their
-    gradient); its last position gives the logit of completion token 0. 2. the cache's rows indexed by
-    row_prompt (autograd sums the gradient of the rows that share a prompt), then the N completions'
-    first T-1 tokens attend to it: the logits of tokens 1 .. T-1. Tokens: U*P + N*(T-1), not N*(P+T-1).
-    The same idea as Prefix Grouper (arXiv 2506.05433) for GRPO's shared prompts.
-    """
-    from ..model.kv_cache import DynamicCache
-
-    T = rollout.completion_ids.shape[1]
-    prefix = DynamicCache()
-    head = model(prompt_ids, attention_mask=prompt_mask, cache=prefix, num_logits_to_keep=1)
-    logits = RowsOf.apply(head.logits, row_prompt)  # (N, 1, V): predicts completion token 0
-    values = RowsOf.apply(head.values, row_prompt)[:, -1:] if head.values is not None else None
-    if T > 1:
-        rows = DynamicCache()
-        rows.keys = [RowsOf.apply(k, row_prompt) for k in prefix.keys]  # (N, K, P, D) per layer
-        rows.values = [RowsOf.apply(v, row_prompt) for v in prefix.values]
-        tail = model(rollout.completion_ids[:, : T - 1], attention_mask=rollout.attention_mask[:, :-1], cache=rows)
-        logits = torch.cat([logits, tail.logits], dim=1)  # (N, T, V)
-        if values is not None:
-            values = torch.cat([values, tail.values], dim=1)
-    return logits, values
-
-
-class RowsOf(torch.autograd.Function):
-    """RowsOf.apply(x, index) = x.index_select(0, index): row n of the result is row index[n] of x (a
-    prompt's keys copied to each of its completions). Its backward adds each row's gradient into its
-    source row with index_add, as index_select's does (~2.5x faster on the CPU than indexing's
-    accumulating index_put), after making the gradient contiguous: what reaches the prompt's keys and
-    values is a slice of the gradient of the cache's concatenation [prompt | completion], and index_add
-    from such a strided slice takes a ~6x slower path than the copy plus the contiguous index_add (the
-    same sums in the same order: the same bits)."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(index)
-        ctx.rows = x.shape[0]
-        return x.index_select(0, index)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (index,) = ctx.saved_tensors
-        grad = grad.contiguous()
-        return grad.new_zeros((ctx.rows, *grad.shape[1:])).index_add_(0, index, grad), None
 
 
 def policy_forward(model, rollout: Rollout, temperature: float = 1.0, with_entropy: bool = False,
@@ -402,7 +330,8 @@ def policy_forward(model, rollout: Rollout, temperature: float = 1.0, with_entro
     tensor per layer, rlhf_lab.rl.routing) cover every position of every row."""
     out = None
     if is_moe(model) or expert_indices is not None:
-        out = rollout_forward(model, rollout, expert_indices, num_logits_to_keep=rollout.completion_ids.shape[1])
+        T = rollout.completion_ids.shape[1]
+        out = rollout_forward(model, rollout, expert_indices, num_logits_to_keep=T)
     logits, values = completion_logits(model, rollout, temperature, share_prompts, output=out)
     logprobs, entropy = selective_log_softmax_and_entropy(logits, rollout.completion_ids, with_entropy)
     return PolicyOutput(logprobs=logprobs, entropy=entropy, values=values if with_values else None,
@@ -411,7 +340,8 @@ def policy_forward(model, rollout: Rollout, temperature: float = 1.0, with_entro
                         aux_loss=None if out is None else out.aux_loss)
 
 
-def next_token_logprobs(model, rollout: Rollout, temperature: float = 1.0, dtype: torch.dtype = torch.float32):
+def next_token_logprobs(model, rollout: Rollout, temperature: float = 1.0,
+                        dtype: torch.dtype = torch.float32):
     """(N, T, V) log pi(. | prefix) over the whole vocabulary at every completion position, e.g. for
     an exact KL(pi || pi_ref) = sum_v pi_v (log pi_v - log pi_ref_v). float64 makes sums exact."""
     logits, _ = completion_logits(model, rollout, temperature)

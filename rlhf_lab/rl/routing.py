@@ -11,7 +11,7 @@ compares two different sub-networks for those tokens and can swing far from 1. G
 forward), so that the ratio measures only the weight change. GSPO's ratio s_i is a length-normalised
 product over the whole sequence, where single-token swings average out, so it needs no replay.
 
-What this module gives the trainer (rlhf_lab.rl.trainer calls it; nothing here names an algorithm):
+What this module gives the trainer (nothing here names an algorithm):
 
     is_moe(model)                             does the model route tokens to experts?
     check_routing_replay(config, model)       RLConfig.routing_replay needs an MoE policy
@@ -20,9 +20,8 @@ What this module gives the trainer (rlhf_lab.rl.trainer calls it; nothing here n
     expert_set_changed(before, after)         (N, T) bool: the token's expert set differs in some layer
     routing_change(before, after, mask)       fraction of tokens whose expert set differs
     expert_load(expert_indices, E, mask)      fraction of token slots each expert receives, (layers, E)
-    RoutingStats                              one step's metrics: ratio spread, sequence-level clipping,
-                                              KL(pi_old || pi_theta), and for an MoE policy routing change
-                                              and expert load (columns of Trainer.history)
+    RoutingMonitor                            a callback the trainer switches on for an MoE policy: routing
+                                              change and expert load at each step (columns of the history)
 
 Positions: the model reads prompt + completion minus its last token, L = P + T - 1 positions; the
 state at position P - 1 + t predicts completion token t. Routing metrics count those T positions
@@ -38,8 +37,18 @@ import torch
 from ..util.validation import check_bool
 from .losses import masked_mean
 
-__all__ = ["RoutingStats", "check_routing_replay", "completion_experts", "completion_positions", "expert_load",
-           "expert_set_changed", "is_moe", "routed_experts", "routing_change"]
+__all__ = [
+    "RoutingMonitor",
+    "check_routing_replay",
+    "completion_routing",
+    "completion_experts",
+    "completion_positions",
+    "expert_load",
+    "expert_set_changed",
+    "is_moe",
+    "routed_experts",
+    "routing_change",
+]
 
 
 def is_moe(model) -> bool:
@@ -51,17 +60,21 @@ def check_routing_replay(config, model) -> None:
     """RLConfig.routing_replay replays pi_old's expert choices: it needs a model that has experts."""
     check_bool("routing_replay", config.routing_replay)
     if config.routing_replay and not is_moe(model):
-        raise ValueError("routing_replay=True needs a mixture-of-experts policy (num_local_experts > 0), "
-                         f"got a dense {type(model).__name__}; allowed: routing_replay=False for a dense model")
+        raise ValueError(
+            "routing_replay=True needs a mixture-of-experts policy (num_local_experts > 0), "
+            f"got a dense {type(model).__name__}; allowed: routing_replay=False for a dense model"
+        )
 
 
-def completion_positions(per_position: torch.Tensor, prompt_width: int, completion_width: int) -> torch.Tensor:
+def completion_positions(per_position: torch.Tensor, prompt_width: int,
+                         completion_width: int) -> torch.Tensor:
     """(N, P + T - 1, ...) per model position -> (N, T, ...) at the positions predicting completion tokens."""
     return per_position[:, prompt_width - 1 : prompt_width - 1 + completion_width]
 
 
 def completion_experts(per_position: tuple[torch.Tensor, ...], rollout) -> tuple[torch.Tensor, ...]:
-    """One (N, P + T - 1, k) tensor per layer (a forward over the rollout) -> (N, T, k) at its completion positions."""
+    """One (N, P + T - 1, k) tensor per layer (a forward over the rollout) -> (N, T, k) at its
+    completion positions."""
     T = rollout.completion_ids.shape[1]
     return tuple(completion_positions(x, rollout.prompt_width, T) for x in per_position)
 
@@ -84,7 +97,8 @@ def expert_set_changed(before: tuple[torch.Tensor, ...], after: tuple[torch.Tens
     return torch.stack(changed).any(0)
 
 
-def routing_change(before: tuple[torch.Tensor, ...], after: tuple[torch.Tensor, ...], mask: torch.Tensor) -> dict:
+def routing_change(before: tuple[torch.Tensor, ...], after: tuple[torch.Tensor, ...],
+                   mask: torch.Tensor) -> dict:
     """How much routing moved between two forwards of the same tokens.
 
     before, after: one (N, T, k) long tensor per MoE layer (expert ids; the order within k is ignored);
@@ -106,7 +120,8 @@ def routing_change(before: tuple[torch.Tensor, ...], after: tuple[torch.Tensor, 
             "layers": per_layer}
 
 
-def expert_load(expert_indices: tuple[torch.Tensor, ...], num_experts: int, mask: torch.Tensor) -> torch.Tensor:
+def expert_load(expert_indices: tuple[torch.Tensor, ...], num_experts: int,
+                mask: torch.Tensor) -> torch.Tensor:
     """(layers, E) fraction of the token slots routed to each expert (each row sums to 1).
 
     expert_indices: one (N, T, k) long tensor per layer; mask (N, T). Balanced routing is 1/E each:
@@ -120,16 +135,10 @@ def expert_load(expert_indices: tuple[torch.Tensor, ...], num_experts: int, mask
     return torch.stack(rows)
 
 
-class RoutingStats:
-    """One RL step's diagnostics beyond UpdateStats, accumulated over its minibatches.
+class RoutingMonitor:
+    """A callback that measures, at every step of an MoE policy, how routing moved (GSPO's section 5).
 
-    Any policy:
-        ratio_dev_std, ratio_dev_max   spread of the token ratios: std and max of |r_t - 1|
-        seq_ratio_dev_max              max |s_i - 1| of the sequence ratios (GSPO's s_i)
-        seq_clip_frac                  fraction of completions with at least one clipped token
-                                       (GSPO clips whole sequences: its seq and token fractions agree)
-        kl_old                         mean k3 estimate of KL(pi_old || pi_theta) at the update's forwards
-    An MoE policy (the rollout carries pi_old's expert choices), GSPO's section 5 measured:
+    The trainer switches it on for a mixture-of-experts policy only. Its columns in the history:
         routing_change                 after all of the step's updates: fraction of (completion token,
                                        layer) whose expert set differs from pi_old's (a fresh forward)
         expert_change                  the same as a fraction of activated experts
@@ -141,72 +150,46 @@ class RoutingStats:
         aux_loss                       the router's auxiliary loss the update added (mean over minibatches)
     """
 
-    def __init__(self) -> None:
-        self.tokens = 0.0
-        self.dev_sum = 0.0
-        self.dev_sq = 0.0
-        self.dev_max = 0.0
-        self.seq_dev_max = 0.0
-        self.sequences = 0
-        self.clipped_sequences = 0
-        self.kl_old: list[float] = []
-        self.aux: list[float] = []
-        self.one_update: float = math.nan
-        self.routing: dict = {}
+    def on_update_begin(self, trainer, rollout) -> None:
+        self.minibatches, self.aux, self.one_update = 0, [], math.nan
 
-    def add(self, info, minibatch, policy, updates_before: int) -> None:
-        """One minibatch: its LossInfo, the Rollout slice, the PolicyOutput of its forward, and how many
-        optimiser steps the weights had taken since the rollout when that forward ran."""
-        m = minibatch.completion_mask.bool()
-        deviation = (info.token_ratio[m] - 1).double()
-        self.tokens += deviation.numel()
-        self.dev_sum += deviation.sum().item()
-        self.dev_sq += (deviation**2).sum().item()
-        if deviation.numel():
-            self.dev_max = max(self.dev_max, deviation.abs().max().item())
-        self.seq_dev_max = max(self.seq_dev_max, (info.sequence_ratio - 1).abs().max().item())
-        clipped = ((info.clipped_low | info.clipped_high) & m).any(-1)
-        self.sequences += len(clipped)
-        self.clipped_sequences += int(clipped.sum())
-        log_ratio = (minibatch.old_logprobs - policy.logprobs.detach()).float()  # log pi_old - log pi
-        self.kl_old.append(masked_mean(torch.expm1(-log_ratio) + log_ratio, m).item())  # k3
+    def on_minibatch_end(self, trainer, minibatch, policy, info) -> None:
+        """One minibatch's forward (PolicyOutput): its aux loss, and after exactly one optimiser step
+        the routing change of the second minibatch."""
         if policy.aux_loss is not None:
             self.aux.append(policy.aux_loss.item())
-        if updates_before == 1 and minibatch.old_expert_indices is not None and policy.router_logits is not None:
-            now = self.completion_routing(policy.router_logits, minibatch)
+        replayed = minibatch.old_expert_indices is not None and policy.router_logits is not None
+        if self.minibatches == 1 and replayed:
+            now = completion_routing(policy.router_logits, minibatch)
             old = completion_experts(minibatch.old_expert_indices, minibatch)
-            self.one_update = routing_change(old, now, m)["token"]
+            self.one_update = routing_change(old, now, minibatch.completion_mask.bool())["token"]
+        self.minibatches += 1
 
-    @staticmethod
-    def completion_routing(router_logits, rollout) -> tuple[torch.Tensor, ...]:
-        """The experts the current router picks at the rollout's completion positions."""
-        top_k = rollout.old_expert_indices[0].shape[-1]
-        return completion_experts(routed_experts(tuple(r.detach() for r in router_logits), top_k), rollout)
-
-    def add_after_update(self, policy_output, rollout, num_experts: int) -> None:
+    def on_update_end(self, trainer, rollout, stats) -> None:
         """The whole rollout re-read by the updated weights (no replay): routing change and load."""
-        m = rollout.completion_mask
-        old = completion_experts(rollout.old_expert_indices, rollout)
-        change = routing_change(old, self.completion_routing(policy_output.router_logits, rollout), m)
-        load = expert_load(old, num_experts, m)
-        self.routing = {"routing_change": change["token"], "expert_change": change["expert"],
-                        **{f"routing_change_l{i}": v for i, v in enumerate(change["layers"])},
-                        "expert_load_max": (load.max() * num_experts).item(),
-                        **{f"expert_load_l{i}_e{j}": load[i, j].item()
-                           for i in range(load.shape[0]) for j in range(num_experts)}}
+        from .rollout import policy_forward  # rollout.py imports is_moe from here
 
-    def metrics(self) -> dict:
-        tokens = max(self.tokens, 1.0)
-        mean = self.dev_sum / tokens
-        out = {
-            "ratio_dev_std": math.sqrt(max(self.dev_sq / tokens - mean**2, 0.0)),
-            "ratio_dev_max": self.dev_max,
-            "seq_ratio_dev_max": self.seq_dev_max,
-            "seq_clip_frac": self.clipped_sequences / max(self.sequences, 1),
-            "kl_old": sum(self.kl_old) / len(self.kl_old) if self.kl_old else math.nan,
-        }
-        if self.routing:
-            out.update(routing_change_one_update=self.one_update, **self.routing)
+        metrics = {}
+        if rollout.old_expert_indices is not None:
+            with torch.no_grad(), trainer.autocast():
+                after = policy_forward(trainer.policy, rollout, trainer.config.temperature)
+            num_experts = trainer.policy.config.num_local_experts
+            m = rollout.completion_mask
+            old = completion_experts(rollout.old_expert_indices, rollout)
+            change = routing_change(old, completion_routing(after.router_logits, rollout), m)
+            load = expert_load(old, num_experts, m)
+            metrics = {"routing_change_one_update": self.one_update, "routing_change": change["token"],
+                       "expert_change": change["expert"],
+                       **{f"routing_change_l{i}": v for i, v in enumerate(change["layers"])},
+                       "expert_load_max": (load.max() * num_experts).item(),
+                       **{f"expert_load_l{i}_e{j}": load[i, j].item()
+                          for i in range(load.shape[0]) for j in range(num_experts)}}
         if self.aux:
-            out["aux_loss"] = sum(self.aux) / len(self.aux)
-        return out
+            metrics["aux_loss"] = sum(self.aux) / len(self.aux)
+        stats.extra.update(metrics)
+
+
+def completion_routing(router_logits, rollout) -> tuple[torch.Tensor, ...]:
+    """The experts the current router picks at the rollout's completion positions."""
+    top_k = rollout.old_expert_indices[0].shape[-1]
+    return completion_experts(routed_experts(tuple(r.detach() for r in router_logits), top_k), rollout)
