@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from ..tasks.jsonl import SPLIT_N_TRAIN
 from ..util.validation import Validated, check_bool, check_choice, check_number, check_optional
+from .off_policy import CORRECTIONS, LEVELS
 
 
 @dataclass
@@ -44,6 +45,10 @@ class RLConfig(Validated):
     epsilon: float = 0.2  # clip range (lower)
     epsilon_high: float | None = None  # clip range (upper); None -> epsilon
     routing_replay: bool = False  # MoE policy: compute pi_theta with pi_old's experts (GSPO paper, section 5)
+    # --- rollouts the learner did not sample itself (stale or mismatched; off_policy.py)
+    off_policy: str = "none"  # none | naive | decoupled | tis | mis
+    off_policy_level: str = "token"  # token | sequence (product) | geometric (mean of the logs)
+    off_policy_cap: float = 2.0  # C: tis truncates the weight at C, mis keeps 1/C <= r <= C
     # --- schedule and bookkeeping
     steps: int = 200
     time_budget: float | None = None  # seconds of training wall time (evaluation excluded)
@@ -95,6 +100,9 @@ class RLConfig(Validated):
         check_number("max_grad_norm", self.max_grad_norm, low=0, low_open=True)
         check_bool("keep_distributions", self.keep_distributions)
         check_bool("routing_replay", self.routing_replay)
+        check_choice("off_policy", self.off_policy, CORRECTIONS)
+        check_choice("off_policy_level", self.off_policy_level, LEVELS)
+        check_number("off_policy_cap", self.off_policy_cap, low=1, low_open=True)
         check_optional(check_number, "kl_metric_samples", self.kl_metric_samples, low=0, integer=True)
         check_optional(check_bool, "bf16", self.bf16)
         check_optional(check_choice, "attn_implementation", self.attn_implementation, ("eager", "sdpa"))
