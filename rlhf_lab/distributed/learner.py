@@ -87,12 +87,16 @@ class AsyncTrainer(Trainer):
             self.tier.close()
             self.restarts_before += self.tier.restarts
             self.dropped_before += self.tier.dropped
+            self.tier = None
 
     def payload(self):
         return weight_payload(trainable_tensors(self.policy), self.split.sync)
 
     def receive_rollout(self):
         """The next rollout from the tier: set the streams to where it leaves them, and move it here."""
+        if self.tier is None:
+            raise RuntimeError("an AsyncTrainer's rollouts come from its rollout workers, which run while train() "
+                               "runs: call train() (or train(steps=1))")
         start, sync_before = time.perf_counter(), self.tier.sync_seconds
         message = self.tier.next_message(self.step)
         self.step_wait += time.perf_counter() - start
