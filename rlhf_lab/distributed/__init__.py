@@ -21,15 +21,16 @@ The corrections for stale or mismatched rollouts (naive, decoupled, TIS, MIS) ar
 `rlhf_lab.rl.off_policy`: they are part of the loss, whoever samples.
 """
 
-from .config import SplitConfig, check_divides, free_port
+from .config import SplitConfig, check_divides, command_line_split, free_port, torchrun_environment
 from .learner import SPLIT_COLUMNS, AsyncTrainer, RemoteSampler
 from .staleness import Admission, RolloutQueue
 from .tiers import InlineTier, ProcessTier
 from .weights import flatten, trainable_tensors, unflatten_into, weight_payload
-from .worker import RolloutMessage, RolloutWorker, WorkerSpec, rollout_worker_main
+from .worker import RolloutMessage, RolloutWorker, WorkerSpec, rollout_worker_main, torchrun_rollout_worker
 
 __all__ = [
     "SPLIT_COLUMNS", "Admission", "AsyncTrainer", "InlineTier", "ProcessTier", "RemoteSampler", "RolloutMessage",
-    "RolloutQueue", "RolloutWorker", "SplitConfig", "WorkerSpec", "check_divides", "flatten", "free_port",
-    "rollout_worker_main", "trainable_tensors", "unflatten_into", "weight_payload",
+    "RolloutQueue", "RolloutWorker", "SplitConfig", "WorkerSpec", "check_divides", "command_line_split", "flatten",
+    "free_port", "rollout_worker_main", "torchrun_environment", "torchrun_rollout_worker", "trainable_tensors",
+    "unflatten_into", "weight_payload",
 ]

@@ -137,3 +137,28 @@ def torchrun_environment() -> dict | None:
             "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
             "master_addr": os.environ.get("MASTER_ADDR", "127.0.0.1"),
             "master_port": int(os.environ.get("MASTER_PORT", 29500))}
+
+
+def command_line_split(rollout_workers: int | None, max_staleness: int | None,
+                       saved: dict | None = None) -> SplitConfig | None:
+    """The split `python -m rlhf_lab train` asks for: --rollout-workers / --max-staleness, the saved
+    run's settings (--resume), or torchrun's environment (then rollout_workers is WORLD_SIZE - 1).
+    None: no split, one process."""
+    environment = torchrun_environment()
+    if saved is None and rollout_workers is None and max_staleness is None and environment is None:
+        return None
+    settings = dict(saved or {})
+    if rollout_workers is not None:
+        settings["rollout_workers"] = rollout_workers
+    if max_staleness is not None:
+        settings["max_staleness"] = max_staleness
+    settings["launch"], settings["master_port"] = "spawn", None  # a port of a saved run may be taken now
+    if environment is not None:
+        world = environment["world_size"]
+        check_split_processes(world)
+        settings.setdefault("rollout_workers", world - 1)
+        if settings["rollout_workers"] != world - 1:
+            raise ValueError(f"rollout_workers ({settings['rollout_workers']}) must be WORLD_SIZE - 1 = {world - 1} "
+                             "under torchrun (one learner, the other ranks sample)")
+        settings["launch"] = "torchrun"
+    return SplitConfig(**settings)

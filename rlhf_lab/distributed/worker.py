@@ -239,6 +239,18 @@ def rollout_worker_main(rank: int, world_size: int, master_addr: str, master_por
         dist.destroy_process_group()
 
 
+def torchrun_rollout_worker(split) -> int:
+    """A torchrun rank > 0 of `python -m rlhf_lab train`: join torchrun's group and sample for rank 0."""
+    from .config import torchrun_environment
+
+    environment = torchrun_environment()
+    torch.set_num_threads(split.threads)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=split.timeout))  # env:// from torchrun
+    rollout_worker_main(environment["rank"], environment["world_size"], environment["master_addr"],
+                        environment["master_port"], split.to_dict(), joined=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m rlhf_lab.distributed --rank R --world-size W --master-port P --split JSON`: what
     the learner starts for each rollout worker (a fresh interpreter, as torchrun starts its ranks:

@@ -105,8 +105,8 @@ def removed_if_refused(out: Path):
 
 def train_run(config, out_dir: str | Path, progress: bool = True, save_checkpoint: bool = True,
               trainer: Trainer | None = None, resume: bool = False, overwrite: bool = False,
-              save_every: int = 10, plots: bool = True) -> dict:
-    """Train `config` into `out_dir`: run.json first, the resumable state every `save_every` steps and
+              save_every: int = 10, plots: bool = True, run_info: dict | None = None) -> dict:
+    """Train `config` into `out_dir`: run.json first (with `run_info`, e.g. a split's settings), the resumable state every `save_every` steps and
     at any stop (out_dir/resume), then history.csv, metrics.json, plots and the final checkpoint.
 
     One writer per folder (a lock); a folder holding another run is refused unless `resume`
@@ -118,7 +118,8 @@ def train_run(config, out_dir: str | Path, progress: bool = True, save_checkpoin
         prepare_output_folder(out, TRAIN_OUTPUTS, resume, overwrite)
         trainer = trainer or Trainer(config)  # bad settings raise here, before anything is written
         with signals_deferred():
-            write_text_atomic(out / RUN_FILE, json.dumps({"command": "train", "config": config.to_dict()}, indent=2) + "\n")
+            run = {"command": "train", "config": config.to_dict(), **(run_info or {})}
+            write_text_atomic(out / RUN_FILE, json.dumps(run, indent=2) + "\n")
         state = out / STATE_FOLDER
         if resume and has_state(state):
             trainer.resume(state)
