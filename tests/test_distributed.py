@@ -169,6 +169,38 @@ def test_the_behaviour_ratio_is_one_at_k0_and_not_at_k2():
     assert min(largest[2][1:]) > 100 * max(largest[0])
 
 
+# --- the rollout/trainer mismatch ----------------------------------------------------------------
+
+
+def test_the_mismatch_is_ordered_by_precision_and_the_decode_path_is_the_samplers():
+    from rlhf_lab.distributed.mismatch import decode_logprobs, mismatch_metrics, rollout_copy
+    from rlhf_lab.rl import next_token_logprobs
+
+    trainer = Trainer(make_config("grpo", SMALL, prompts_per_step=8))
+    rollout = trainer.collect_rollout(with_reference=False)
+    learner = next_token_logprobs(trainer.policy, rollout)
+    fp32 = decode_logprobs(rollout_copy(trainer.policy), rollout)
+    mu = fp32.gather(-1, rollout.completion_ids.unsqueeze(-1)).squeeze(-1)
+    mask = rollout.completion_mask.bool()
+    # the same sums in another order (the sampler shares each prompt's cache over its G rows)
+    assert (mu - rollout.sampling_logprobs)[mask].abs().max() <= 64 * EPS * max(1.0, mu[mask].abs().max().item())
+    metrics = {(dtype, cache): mismatch_metrics(decode_logprobs(rollout_copy(trainer.policy, dtype), rollout,
+                                                                cache=cache), learner, rollout)
+               for dtype, cache in [("float32", "static"), ("bfloat16", "static"), ("float16", "static"),
+                                    ("float32", "int8")]}
+    mean = {key: value["abs_logp_diff_mean"] for key, value in metrics.items()}
+    # bf16 rounds at ~2^-8, fp16 at ~2^-11: ~8x apart; fp32 only reorders sums
+    assert mean["bfloat16", "static"] > 3 * mean["float16", "static"] > 30 * mean["float32", "static"]
+    assert mean["float32", "int8"] > 30 * mean["float32", "static"]
+    assert metrics["bfloat16", "static"]["kl_rollout_train"] > metrics["float16", "static"]["kl_rollout_train"] > 0
+
+
+def test_a_bf16_rollout_copy_with_an_int8_cache_trains_with_tis():
+    history = AsyncTrainer(make_config("grpo", SMALL, steps=2, eval_every=0, off_policy="tis"),
+                           SplitConfig(launch="inline", rollout_dtype="bfloat16", rollout_cache="int8")).train()
+    assert history["policy_loss"].dropna().map(lambda v: v == v).all() and len(history) == 3
+
+
 # --- bad settings fail fast, naming the field ----------------------------------------------------
 
 

@@ -19,7 +19,7 @@ LAUNCHES = ("spawn", "torchrun", "inline")
 SYNC_MODES = ("bucket", "tensor")
 BACKENDS = ("gloo", "nccl")
 ROLLOUT_DTYPES = ("float32", "bfloat16", "float16")
-ROLLOUT_CACHES = ("static", "quantized")
+ROLLOUT_CACHES = ("static", "int8")
 
 
 @dataclass
@@ -36,7 +36,7 @@ class SplitConfig(Validated):
     sync: how weights travel, "bucket" (one flat broadcast) or "tensor" (one broadcast per tensor).
     backend: the weight groups' backend, "gloo" (CPU) or "nccl" (GPUs). Rollouts always go over gloo.
     master_port: None picks a free port at run time.
-    rollout_dtype, rollout_cache: the rollout copy's precision and KV cache ("quantized": int8),
+    rollout_dtype, rollout_cache: the rollout copy's precision and KV cache ("int8": quantized, groups of 8),
         while the learner stays in its own precision: the rollout/trainer mismatch.
     timeout: seconds a collective may wait before it fails (a dead peer under torchrun).
     max_restarts: how often the rollout processes may be restarted after one dies (spawn only).

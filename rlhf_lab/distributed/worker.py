@@ -87,6 +87,16 @@ class RolloutMessage:
     extra: dict = field(default_factory=dict)
 
 
+# The lab's prompt + completion is ~20 tokens: int8 groups of 8 keys (the KV cache's residual_length),
+# not the default 32, so that most of the cache is quantized.
+INT8_RESIDUAL_LENGTH = 8
+
+
+def cache_arguments(cache: str) -> dict | None:
+    """`generate`'s cache arguments for a rollout copy's KV cache: None (static) or the int8 cache."""
+    return None if cache == "static" else {"cache": "int8", "residual_length": INT8_RESIDUAL_LENGTH}
+
+
 def rollout_to(rollout: Rollout, device) -> Rollout:
     """The same rollout with every tensor on `device`."""
     values = {name: (value.to(device) if isinstance(value, torch.Tensor) else value)
@@ -95,8 +105,8 @@ def rollout_to(rollout: Rollout, device) -> Rollout:
 
 
 class RolloutWorker:
-    """A rollout copy of the policy (in `spec.dtype`) and its sampler (`spec.cache`: "quantized" is the
-    int8 KV cache). The copy never trains: its weights come from the learner."""
+    """A rollout copy of the policy (in `spec.dtype`) and its sampler (`spec.cache`: "int8" is the
+    quantized KV cache). The copy never trains: its weights come from the learner."""
 
     def __init__(self, spec: WorkerSpec, rank: int = 0) -> None:
         self.spec, self.rank = spec, rank
@@ -104,16 +114,11 @@ class RolloutWorker:
         policy = copy.deepcopy(spec.policy).to(self.device)
         self.tensors = trainable_tensors(policy)  # the order the learner sends them in, before any cast
         self.policy = policy.to(getattr(torch, spec.dtype)).eval()
-        if spec.cache != "static":
-            from .mismatch import CachedSampler
-
-            sampler_class, extra = CachedSampler, {"cache": spec.cache}
-        else:
-            sampler_class, extra = RolloutSampler, {}
-        self.sampler = sampler_class(
+        self.sampler = RolloutSampler(
             self.policy, spec.tokenizer, spec.task, spec.reward_fn, spec.train_examples, spec.sampling,
             spec.num_generations, sample_generator=torch.Generator(self.device).manual_seed(spec.seed),
-            data_generator=torch.Generator().manual_seed(spec.seed), accuracy_fn=spec.accuracy_fn, **extra)
+            data_generator=torch.Generator().manual_seed(spec.seed), accuracy_fn=spec.accuracy_fn,
+            cache=cache_arguments(spec.cache))
         self.version: int | None = None
 
     def load(self, version: int, received: list[torch.Tensor], mode: str) -> None:
