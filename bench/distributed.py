@@ -1,0 +1,222 @@
+"""The rollout/learner split on two CPU cores: throughput against the single process, the cost of a
+weight sync, and the staleness table.
+
+    throughput   steps per second, interleaved repeats (each configuration in turn, the order rotated):
+                 single process at 1 and at 2 torch threads; the split (one rollout process and the
+                 learner, 1 thread each) at K = 1 and 2. The overlap bound
+                 (t_rollout + t_learner) / max(t_rollout, t_learner) comes from the inline split at K = 0
+                 (1 thread): its queue wait is the sampling, the rest of its step the learner's work.
+                 Workloads: the shipped model's default GRPO step, and the same with a reward that takes
+                 50 ms per batch (a reward model elsewhere: SlowReward).
+    sync         two processes over gloo on 127.0.0.1: one weight sync (payload copy, broadcast, the
+                 receiver's load and a one-value acknowledgement) as one flat bucket and tensor by tensor,
+                 for the shipped model and a 4.5M-parameter one; an all-reduce against its size; one
+                 rollout message (256 completions) learner-bound.
+    staleness    rlhf_lab.runs.staleness.staleness_sweep: K = 0, 1, 2, 4, 8 x none / naive / decoupled x
+                 3 seeds, 60 GRPO steps, held-out accuracy on 200 problems every 20 steps.
+
+Prints medians with the spread (min-max) and the 1-minute load average before and after each part.
+
+    python bench/distributed.py [--parts throughput sync staleness] [--repeats 5] [--steps 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from datetime import date
+
+import torch
+import torch.distributed as dist
+
+from rlhf_lab.distributed import AsyncTrainer, SplitConfig
+from rlhf_lab.distributed.ddp import allreduce_seconds, run_data_parallel
+from rlhf_lab.distributed.weights import (
+    load_weights,
+    receive_buffers,
+    receive_weights,
+    send_weights,
+    trainable_tensors,
+    weight_payload,
+)
+from rlhf_lab.distributed.wire import recv_object, send_object
+from rlhf_lab.distributed.workloads import SlowReward
+from rlhf_lab.model import LlamaModel
+from rlhf_lab.rl import Callback, Trainer, make_config
+from rlhf_lab.runs.staleness import final_accuracy_table, staleness_sweep
+from rlhf_lab.sft import lab_model_config
+from rlhf_lab.tasks import get_task
+from rlhf_lab.text.tokenizer import default_tokenizer
+from rlhf_lab.util.device import cpu_name
+
+WARMUP = 3  # steps before the clock starts (process start-up, first-call allocations)
+REWARD_DELAYS = {"default": 0.0, "slow_reward": 0.05}
+
+
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+class StepClock(Callback):
+    """perf_counter at the end of every step."""
+
+    def __init__(self) -> None:
+        self.ends: list[float] = []
+
+    def on_step_end(self, trainer, metrics, distributions=None):
+        self.ends.append(time.perf_counter())
+
+
+def trainer_for(kind: str, workload: str, steps: int):
+    config = make_config("grpo", steps=WARMUP + steps, eval_every=0, eval_examples=1, seed=0)
+    delay = REWARD_DELAYS[workload]
+    reward = SlowReward(get_task(config.task, **config.task_params).reward_fn(None), delay) if delay else None
+    if kind.startswith("single"):
+        return Trainer(config, reward_fn=reward)
+    launch, k = ("inline", 0) if kind == "inline_k0" else ("spawn", int(kind[-1]))
+    return AsyncTrainer(config, SplitConfig(launch=launch, max_staleness=k), reward_fn=reward)
+
+
+def steps_per_second(kind: str, workload: str, steps: int) -> tuple[float, object]:
+    torch.set_num_threads(2 if kind == "single_2t" else 1)
+    trainer = trainer_for(kind, workload, steps)
+    clock = StepClock()
+    trainer.add_callback(clock)
+    history = trainer.train()
+    ends = clock.ends[WARMUP - 1:]
+    return (len(ends) - 1) / (ends[-1] - ends[0]), history
+
+
+def spread(values) -> str:
+    return f"{statistics.median(values):.3f} [{min(values):.3f}-{max(values):.3f}]"
+
+
+def throughput(repeats: int, steps: int) -> None:
+    kinds = ["single_1t", "single_2t", "split_k1", "split_k2", "inline_k0"]
+    for workload in REWARD_DELAYS:
+        loads, rates, bounds, sync_shares = [load()], {k: [] for k in kinds}, [], []
+        for repeat in range(repeats):
+            for kind in kinds[repeat % len(kinds):] + kinds[: repeat % len(kinds)]:  # rotate the order
+                rate, history = steps_per_second(kind, workload, steps)
+                rates[kind].append(rate)
+                rows = history.iloc[1 + WARMUP:]
+                if kind == "inline_k0":  # the two sides of a step, from the split's own profile
+                    sample, learner = rows["queue_wait_time"], rows["step_time"] - rows["queue_wait_time"]
+                    bounds.append(statistics.median((sample + learner) / pd_max(sample, learner)))
+                if kind.startswith("split"):
+                    sync_shares.append(statistics.median(rows["sync_time"] / rows["step_time"]))
+            loads.append(load())
+        print(f"\n## throughput, workload {workload} ({repeats} repeats x {steps} steps, load average "
+              f"{loads[0]:.1f} -> {loads[-1]:.1f})")
+        print("| run | steps/s median [min-max] | vs single 1 thread | vs single 2 threads |")
+        print("| --- | --- | --- | --- |")
+        base1, base2 = statistics.median(rates["single_1t"]), statistics.median(rates["single_2t"])
+        for kind in kinds:
+            median = statistics.median(rates[kind])
+            print(f"| {kind} | {spread(rates[kind])} | {median / base1:.2f}x | {median / base2:.2f}x |")
+        bound = statistics.median(bounds)
+        best = max(statistics.median(rates["split_k1"]), statistics.median(rates["split_k2"]))
+        print(f"overlap bound (inline K=0 profile): {spread(bounds)}; best split / single 1 thread = "
+              f"{best / base1:.2f}x = {best / base1 / bound:.0%} of the bound")
+        print(f"weight sync share of a split step: median {spread(sync_shares)}")
+
+
+def pd_max(a, b):
+    return a.where(a > b, b)
+
+
+def model_sizes():
+    tokenizer = default_tokenizer()
+    big = dict(hidden_size=320, intermediate_size=864, num_hidden_layers=4, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=80)
+    return {"shipped": lab_model_config(tokenizer), "4.5M": lab_model_config(tokenizer, **big)}
+
+
+def sync_worker(rank: int, world_size: int, repeats: int) -> dict | None:
+    results = {}
+    ack = torch.zeros(1)
+    for name, config in model_sizes().items():
+        torch.manual_seed(0)
+        tensors = trainable_tensors(LlamaModel(config))
+        numel = sum(t.numel() for t in tensors)
+        buffers = {mode: receive_buffers(tensors, mode) for mode in ("bucket", "tensor")}
+        times = {"bucket": [], "tensor": []}
+        for repeat in range(repeats):
+            for mode in (("bucket", "tensor") if repeat % 2 == 0 else ("tensor", "bucket")):
+                dist.barrier()
+                start = time.perf_counter()
+                if rank == 0:
+                    send_weights(weight_payload(tensors, mode), None)
+                else:
+                    receive_weights(buffers[mode], None)
+                    load_weights(tensors, buffers[mode], mode)
+                dist.broadcast(ack, 1)  # the receiver has loaded them
+                times[mode].append(time.perf_counter() - start)
+        results[name] = {"numel": numel, "tensors": len(tensors), **times}
+    results["allreduce"] = allreduce_seconds([10_000, 100_000, 1_000_000, 4_000_000], repeats=repeats)
+    trainer = Trainer(make_config("grpo", eval_every=0, seed=0))
+    rollout = trainer.sampler(trainer.config.prompts_per_step)
+    message_times = []
+    for _ in range(repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        if rank == 1:
+            send_object(rollout, 0)
+        else:
+            recv_object(1)
+        message_times.append(time.perf_counter() - start)
+    results["rollout_message"] = {"rows": len(rollout), "width": rollout.input_ids.shape[1], "seconds": message_times}
+    return results if rank == 0 else None
+
+
+def sync(repeats: int) -> None:
+    before = load()
+    results = run_data_parallel(2, sync_worker, repeats)
+    print(f"\n## weight sync over gloo, 2 processes ({repeats} repeats, load average {before:.1f} -> {load():.1f})")
+    print("| model | parameters | tensors | bucket ms | tensor by tensor ms | tensor / bucket |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name in model_sizes():
+        r = results[name]
+        bucket, tensor = [1e3 * t for t in r["bucket"]], [1e3 * t for t in r["tensor"]]
+        print(f"| {name} | {r['numel']:,} | {r['tensors']} | {spread(bucket)} | {spread(tensor)} | "
+              f"{statistics.median(tensor) / statistics.median(bucket):.1f}x |")
+    print("all-reduce of n float32 values (median ms): " + ", ".join(
+        f"{n:,}: {1e3 * s:.2f}" for n, s in results["allreduce"].items()))
+    message = results["rollout_message"]
+    print(f"one rollout message ({message['rows']} x {message['width']} tokens, pickled): "
+          f"{spread([1e3 * t for t in message['seconds']])} ms")
+
+
+def staleness(seeds: int) -> None:
+    before = load()
+    start = time.perf_counter()
+    sweep = staleness_sweep(seeds=tuple(range(seeds)), settings=dict(steps=60, eval_every=20, eval_examples=200),
+                            progress=print)
+    torch.set_num_threads(1)
+    print(f"\n## staleness sweep ({seeds} seeds, {time.perf_counter() - start:.0f} s, load average {before:.1f} -> "
+          f"{load():.1f}): held-out accuracy after 60 steps, mean (std over seeds)")
+    print(final_accuracy_table(sweep).round(3).to_string())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--parts", nargs="+", default=["throughput", "sync", "staleness"],
+                        choices=["throughput", "sync", "staleness"])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--seeds", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    print(f"# bench/distributed.py, {date.today()}, {cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}")
+    if "sync" in args.parts:
+        sync(args.repeats * 4)
+    if "throughput" in args.parts:
+        throughput(args.repeats, args.steps)
+    if "staleness" in args.parts:
+        staleness(args.seeds)
+
+
+if __name__ == "__main__":
+    main()
