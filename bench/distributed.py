@@ -32,23 +32,13 @@ import torch
 import torch.distributed as dist
 
 from rlhf_lab.distributed import AsyncTrainer, SplitConfig
-from rlhf_lab.distributed.ddp import allreduce_seconds, run_data_parallel
-from rlhf_lab.distributed.weights import (
-    load_weights,
-    receive_buffers,
-    receive_weights,
-    send_weights,
-    trainable_tensors,
-    weight_payload,
-)
+from rlhf_lab.distributed.ddp import run_data_parallel
+from rlhf_lab.distributed.measure import lab_model_sizes, steps_per_second, sync_seconds
 from rlhf_lab.distributed.wire import recv_object, send_object
 from rlhf_lab.distributed.workloads import SlowReward
-from rlhf_lab.model import LlamaModel
-from rlhf_lab.rl import Callback, Trainer, make_config
+from rlhf_lab.rl import Trainer, make_config
 from rlhf_lab.runs.staleness import final_accuracy_table, staleness_sweep
-from rlhf_lab.sft import lab_model_config
 from rlhf_lab.tasks import get_task
-from rlhf_lab.text.tokenizer import default_tokenizer
 from rlhf_lab.util.device import cpu_name
 
 WARMUP = 3  # steps before the clock starts (process start-up, first-call allocations)
@@ -57,16 +47,6 @@ REWARD_DELAYS = {"default": 0.0, "slow_reward": 0.05}
 
 def load() -> float:
     return os.getloadavg()[0]
-
-
-class StepClock(Callback):
-    """perf_counter at the end of every step."""
-
-    def __init__(self) -> None:
-        self.ends: list[float] = []
-
-    def on_step_end(self, trainer, metrics, distributions=None):
-        self.ends.append(time.perf_counter())
 
 
 def trainer_for(kind: str, workload: str, steps: int):
@@ -79,14 +59,11 @@ def trainer_for(kind: str, workload: str, steps: int):
     return AsyncTrainer(config, SplitConfig(launch=launch, max_staleness=k), reward_fn=reward)
 
 
-def steps_per_second(kind: str, workload: str, steps: int) -> tuple[float, object]:
+def run(kind: str, workload: str, steps: int) -> tuple[float, object]:
+    """(steps per second, history) of one run of `kind` ("single_1t", "single_2t", "split_k1", ...)."""
     torch.set_num_threads(2 if kind == "single_2t" else 1)
     trainer = trainer_for(kind, workload, steps)
-    clock = StepClock()
-    trainer.add_callback(clock)
-    history = trainer.train()
-    ends = clock.ends[WARMUP - 1:]
-    return (len(ends) - 1) / (ends[-1] - ends[0]), history
+    return steps_per_second(trainer, WARMUP), trainer.history
 
 
 def spread(values) -> str:
@@ -99,7 +76,7 @@ def throughput(repeats: int, steps: int) -> None:
         loads, rates, bounds, sync_shares = [load()], {k: [] for k in kinds}, [], []
         for repeat in range(repeats):
             for kind in kinds[repeat % len(kinds):] + kinds[: repeat % len(kinds)]:  # rotate the order
-                rate, history = steps_per_second(kind, workload, steps)
+                rate, history = run(kind, workload, steps)
                 rates[kind].append(rate)
                 rows = history.iloc[1 + WARMUP:]
                 if kind == "inline_k0":  # the two sides of a step, from the split's own profile
@@ -127,35 +104,9 @@ def pd_max(a, b):
     return a.where(a > b, b)
 
 
-def model_sizes():
-    tokenizer = default_tokenizer()
-    big = dict(hidden_size=320, intermediate_size=864, num_hidden_layers=4, num_attention_heads=4,
-               num_key_value_heads=2, head_dim=80)
-    return {"shipped": lab_model_config(tokenizer), "4.5M": lab_model_config(tokenizer, **big)}
-
-
-def sync_worker(rank: int, world_size: int, repeats: int) -> dict | None:
-    results = {}
-    ack = torch.zeros(1)
-    for name, config in model_sizes().items():
-        torch.manual_seed(0)
-        tensors = trainable_tensors(LlamaModel(config))
-        numel = sum(t.numel() for t in tensors)
-        buffers = {mode: receive_buffers(tensors, mode) for mode in ("bucket", "tensor")}
-        times = {"bucket": [], "tensor": []}
-        for repeat in range(repeats):
-            for mode in (("bucket", "tensor") if repeat % 2 == 0 else ("tensor", "bucket")):
-                dist.barrier()
-                start = time.perf_counter()
-                if rank == 0:
-                    send_weights(weight_payload(tensors, mode), None)
-                else:
-                    receive_weights(buffers[mode], None)
-                    load_weights(tensors, buffers[mode], mode)
-                dist.broadcast(ack, 1)  # the receiver has loaded them
-                times[mode].append(time.perf_counter() - start)
-        results[name] = {"numel": numel, "tensors": len(tensors), **times}
-    results["allreduce"] = allreduce_seconds([10_000, 100_000, 1_000_000, 4_000_000], repeats=repeats)
+def sync_and_message(rank: int, world_size: int, repeats: int) -> dict | None:
+    """Weight syncs and all-reduces (rlhf_lab.distributed.measure), then one rollout message rank 1 -> 0."""
+    results = sync_seconds(rank, world_size, lab_model_sizes(), repeats)
     trainer = Trainer(make_config("grpo", eval_every=0, seed=0))
     rollout = trainer.sampler(trainer.config.prompts_per_step)
     message_times = []
@@ -167,20 +118,22 @@ def sync_worker(rank: int, world_size: int, repeats: int) -> dict | None:
         else:
             recv_object(1)
         message_times.append(time.perf_counter() - start)
-    results["rollout_message"] = {"rows": len(rollout), "width": rollout.input_ids.shape[1], "seconds": message_times}
-    return results if rank == 0 else None
+    if rank == 0:
+        results["rollout_message"] = {"rows": len(rollout), "width": rollout.input_ids.shape[1],
+                                      "seconds": message_times}
+    return results
 
 
 def sync(repeats: int) -> None:
     before = load()
-    results = run_data_parallel(2, sync_worker, repeats)
+    results = run_data_parallel(2, sync_and_message, repeats)
     print(f"\n## weight sync over gloo, 2 processes ({repeats} repeats, load average {before:.1f} -> {load():.1f})")
     print("| model | parameters | tensors | bucket ms | tensor by tensor ms | tensor / bucket |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for name in model_sizes():
+    for name in lab_model_sizes():
         r = results[name]
         bucket, tensor = [1e3 * t for t in r["bucket"]], [1e3 * t for t in r["tensor"]]
-        print(f"| {name} | {r['numel']:,} | {r['tensors']} | {spread(bucket)} | {spread(tensor)} | "
+        print(f"| {name} | {r['parameters']:,} | {r['tensors']} | {spread(bucket)} | {spread(tensor)} | "
               f"{statistics.median(tensor) / statistics.median(bucket):.1f}x |")
     print("all-reduce of n float32 values (median ms): " + ", ".join(
         f"{n:,}: {1e3 * s:.2f}" for n, s in results["allreduce"].items()))

@@ -63,6 +63,8 @@ class RemoteSampler(RolloutSampler):
 class AsyncTrainer(Trainer):
     """A `Trainer` whose rollouts come from rollout workers (`split`): see the module docstring."""
 
+    dashboard_kind = "split"  # LiveDashboard's view: staleness, queue, drops, clip fractions, throughput
+
     def __init__(self, config: RLConfig, split: SplitConfig | None = None, model=None, tokenizer=None,
                  reward_fn=None, callbacks=()) -> None:
         super().__init__(config, model=model, tokenizer=tokenizer, reward_fn=reward_fn, callbacks=callbacks)

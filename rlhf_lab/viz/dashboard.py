@@ -13,7 +13,9 @@ prompt group, and the token- and sequence-level importance ratios. An SFT traine
 `dashboard_kind` is "sft"; a trainer without the attribute is told by its history's columns) gets
 six: training loss, held-out accuracy, learning rate, gradient norm, time per step and throughput.
 A DPO trainer ("dpo") gets six: loss, implicit rewards, preference accuracy, the log-probs of the
-chosen and rejected completions, the held-out metrics and the gradient norm.
+chosen and rejected completions, the held-out metrics and the gradient norm. The learner of a
+rollout/learner split ("split") gets six: accuracy, staleness, the queue and dropped rollouts, clip
+fractions, throughput, and a step's time (waiting for a rollout, sending weights).
 The dashboard imports no trainer: it reads `history`, `config` and those attributes.
 
 Where the frames go:
@@ -55,6 +57,7 @@ from .plots import (
     draw_dashboard,
     draw_dpo_dashboard,
     draw_sft_dashboard,
+    draw_split_dashboard,
     make_dashboard_axes,
 )
 from .style import figure_png, in_notebook
@@ -161,6 +164,8 @@ class LiveDashboard(Callback):
                 title = draw_sft_dashboard(self.axes, history, config, self.x)
             elif kind == "dpo":
                 title = draw_dpo_dashboard(self.axes, history, config, self.x)
+            elif kind == "split":
+                title = draw_split_dashboard(self.axes, history, config, self.x)
             else:
                 max_length = getattr(trainer, "max_completion_length", None)
                 title = draw_dashboard(self.axes, history, self.distributions, config, self.x, max_length)

@@ -65,13 +65,19 @@ DPO_DASHBOARD_PANELS = (
     ("loss", "implicit_rewards", "preference_accuracy"),
     ("logps", "held_out", "grad_norm"),
 )
-PANELS = {"rl": DASHBOARD_PANELS, "sft": SFT_DASHBOARD_PANELS, "dpo": DPO_DASHBOARD_PANELS}
+SPLIT_DASHBOARD_PANELS = (  # rlhf_lab.distributed.AsyncTrainer: the learner of a rollout/learner split
+    ("accuracy", "staleness", "queue"),
+    ("clip", "throughput", "step_time"),
+)
+PANELS = {"rl": DASHBOARD_PANELS, "sft": SFT_DASHBOARD_PANELS, "dpo": DPO_DASHBOARD_PANELS,
+          "split": SPLIT_DASHBOARD_PANELS}
 DASHBOARD_KINDS = tuple(PANELS)
-DEFAULT_FIGSIZE = {"rl": (15, 9), "sft": (13, 6), "dpo": (13, 6)}  # inches
+DEFAULT_FIGSIZE = {"rl": (15, 9), "sft": (13, 6), "dpo": (13, 6), "split": (13, 6)}  # inches
 DEFAULT_METRICS = {  # what plot_history and save_training_plots show when not told
     "rl": ("reward_mean", "accuracy", "eval_accuracy", "kl_k3", "entropy", "clip_frac"),
     "sft": ("loss", "eval_accuracy", "lr", "grad_norm"),
     "dpo": ("loss", "rewards/margins", "rewards/accuracies", "logps/chosen", "logps/rejected", "eval_accuracy"),
+    "split": ("accuracy", "eval_accuracy", "staleness", "queue_length", "dropped_rollouts", "clip_frac"),
 }
 GROUP_RELATIVE = ("grpo", "gspo", "rloo")  # equal rewards in a group -> advantage exactly 0
 MAX_GROUPS_SHOWN = 48
@@ -713,3 +719,28 @@ def save_training_plots(history: pd.DataFrame, distributions, out_dir: str | Pat
         path.write_bytes(figure_png(fig, dpi=dpi))
         written.append(path)
     return written
+
+
+def draw_split_dashboard(axes: Mapping[str, Axes], history: pd.DataFrame | None, config=None,
+                         x: str = "step") -> str:
+    """The six panels of a rollout/learner split's learner: accuracy, how stale each step's rollout was,
+    the queue and the dropped rollouts, the clip fractions, throughput, and where a step's time went
+    (waiting for a rollout, sending weights, the learner's own work). Returns the title."""
+    history = history if history is not None else pd.DataFrame({"step": []})
+    color = algo_color(config_value(config, "algo", None))
+    with matplotlib.rc_context(COMPACT_RC):
+        for ax in axes.values():
+            reset_axes(ax)
+        draw_accuracy(axes["accuracy"], history, x, color)
+        draw_lines(axes["staleness"], history, [("staleness", "-")], "staleness: learner version - rollout version",
+                   "policy versions", x, color)
+        draw_lines(axes["queue"], history, [("queue_length", "-"), ("dropped_rollouts", "--")],
+                   "queue length (solid), dropped rollouts in all (dashed)", "rollouts", x, color)
+        draw_clip(axes["clip"], history, x, color, config)
+        draw_lines(axes["throughput"], history, [("tokens_per_s", "-")], "throughput of the learner's steps",
+                   "completion tokens / s", x, color)
+        draw_lines(axes["step_time"], history, [("step_time", "-"), ("queue_wait_time", "--"), ("sync_time", ":")],
+                   "step (solid), rollout wait (dashed), weight sync (dotted)", "seconds", x,
+                   color)
+    step = int(history["step"].max()) if "step" in history.columns and len(history) else 0
+    return f"{config_value(config, 'algo', 'rl')}, rollout/learner split: step {step}"
