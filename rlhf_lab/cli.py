@@ -293,7 +293,7 @@ def run_train(args: argparse.Namespace) -> int:
         if not args.algo or args.out is None:
             raise ValueError("train needs --algo and --out (or --resume DIR to continue a saved run)")
         out, config = args.out, make_config(args.algo, **_rl_overrides(args))
-    split = command_line_split(args.rollout_workers, args.max_staleness, run.get("split"))
+    split = command_line_split(args.rollout_workers, args.max_staleness, run.get("split"), config.device)
     if split is not None and split.launch == "torchrun" and torchrun_environment()["rank"] > 0:
         return torchrun_rollout_worker(split)  # ranks 1.. sample; rank 0 learns and writes the run
     summary = train_run(config, out, progress=not args.no_progress, resume=bool(args.resume),

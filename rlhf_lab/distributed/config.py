@@ -139,11 +139,11 @@ def torchrun_environment() -> dict | None:
             "master_port": int(os.environ.get("MASTER_PORT", 29500))}
 
 
-def command_line_split(rollout_workers: int | None, max_staleness: int | None,
-                       saved: dict | None = None) -> SplitConfig | None:
+def command_line_split(rollout_workers: int | None, max_staleness: int | None, saved: dict | None = None,
+                       device: str = "cpu") -> SplitConfig | None:
     """The split `python -m rlhf_lab train` asks for: --rollout-workers / --max-staleness, the saved
     run's settings (--resume), or torchrun's environment (then rollout_workers is WORLD_SIZE - 1).
-    None: no split, one process."""
+    Weights travel over nccl when the learner is on a CUDA device, else gloo. None: no split."""
     environment = torchrun_environment()
     if saved is None and rollout_workers is None and max_staleness is None and environment is None:
         return None
@@ -153,6 +153,7 @@ def command_line_split(rollout_workers: int | None, max_staleness: int | None,
     if max_staleness is not None:
         settings["max_staleness"] = max_staleness
     settings["launch"], settings["master_port"] = "spawn", None  # a port of a saved run may be taken now
+    settings["backend"] = "nccl" if str(device).startswith("cuda") and torch.cuda.is_available() else "gloo"
     if environment is not None:
         world = environment["world_size"]
         check_split_processes(world)

@@ -265,8 +265,22 @@ class ProcessTier:
 
     def publish(self, version: int, payload: list[torch.Tensor]) -> None:
         self.version, self.payload = version, [t.to(self.device) for t in payload]
-        self.collect()
-        self.grant(version)
+        self.exchange(version)
+
+    def exchange(self, version: int) -> None:
+        """Queue what has arrived, then grant what admission allows. A connection that breaks because
+        a rollout process died meanwhile (killed while it sent a rollout, or while it was granted one)
+        restarts the rollout processes; any other error is raised."""
+        try:
+            self.collect()
+            self.grant(version)
+        except RuntimeError as error:
+            deadline = time.perf_counter() + 5.0  # the dead process's exit may take a moment to show
+            while not any(p.poll() is not None for p in self.processes):
+                if time.perf_counter() > deadline:
+                    raise error
+                time.sleep(0.01)
+            self.check_workers()
 
     # ---------------------------------------------------------------------------------- rollouts
 
@@ -283,13 +297,12 @@ class ProcessTier:
         """The oldest rollout at most K versions old; waits (watching the workers) until there is one."""
         waited_since = time.perf_counter()
         while True:
-            self.collect()
-            self.grant(version)
+            self.exchange(version)
             dropped = self.queue.dropped
             message = self.queue.pop(version)
             self.admission.dropped += self.queue.dropped - dropped
             if message is not None:
-                self.grant(version)  # a drop above may have freed a ticket
+                self.exchange(version)  # a drop above may have freed a ticket
                 return message
             self.check_workers()
             if time.perf_counter() - waited_since > self.split.timeout:

@@ -216,6 +216,7 @@ def rollout_worker_main(rank: int, world_size: int, master_addr: str, master_por
     bell = Doorbell(store)
     if spec.device.startswith("cuda"):  # one GPU per process
         spec.device = f"cuda:{rank % torch.cuda.device_count()}"
+        torch.cuda.set_device(spec.device)  # nccl's communicator uses the current device
     worker = RolloutWorker(spec, rank)
     on = group_device(split.backend, worker.device)
     buffers = receive_buffers(worker.tensors, spec.sync, device=on)

@@ -744,3 +744,34 @@ def draw_split_dashboard(axes: Mapping[str, Axes], history: pd.DataFrame | None,
                    color)
     step = int(history["step"].max()) if "step" in history.columns and len(history) else 0
     return f"{config_value(config, 'algo', 'rl')}, rollout/learner split: step {step}"
+
+
+def draw_split_diagram(ax: Axes, rollout_workers: int = 1) -> None:
+    """The rollout/learner split as boxes and arrows: which process holds which model, what crosses the
+    wire and when (rlhf_lab.distributed)."""
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    ax.set(xlim=(0, 10), ylim=(0, 6))
+    ax.axis("off")
+
+    def box(x, y, w, h, title, lines, color):
+        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.08", facecolor=color, alpha=0.25,
+                                    edgecolor="black"))
+        ax.text(x + w / 2, y + h - 0.3, title, ha="center", va="top", fontsize=10, weight="bold")
+        ax.text(x + 0.2, y + h - 0.8, "\n".join(lines), ha="left", va="top", fontsize=8.5, linespacing=1.5)
+
+    box(0.1, 0.6, 3.4, 4.8, "learner (rank 0)", [
+        "policy pi_theta, trained (fp32)", "AdamW moments", "reference pi_ref (frozen)",
+        "critic V (PPO only)", "recomputes pi_prox = its weights", "  before the update",
+        "queue: rollouts <= K versions old", "version v = steps done"], "C0")
+    ranks = "rank 1" if rollout_workers == 1 else f"ranks 1..{rollout_workers}"
+    box(6.5, 0.6, 3.4, 4.8, f"rollout worker{'s' if rollout_workers > 1 else ''} ({ranks})", [
+        "policy copy mu (fp32, bf16 or fp16)", "sampler + KV cache (static / int8)", "reward function",
+        "no optimiser, no reference", "samples only with a ticket:", "  granted - dropped <= v + K"], "C1")
+    arrow = dict(arrowstyle="-|>", mutation_scale=18, linewidth=1.8)
+    ax.add_patch(FancyArrowPatch((3.7, 4.1), (6.4, 4.1), color="C0", **arrow))
+    ax.text(5.05, 4.25, "weights of version v\nafter each step\n(broadcast on group {0, r},\nbucket or per tensor)",
+            ha="center", va="bottom", fontsize=8)
+    ax.add_patch(FancyArrowPatch((6.4, 2.0), (3.7, 2.0), color="C1", **arrow))
+    ax.text(5.05, 1.85, "rollout: tokens, rewards,\nlog mu (behaviour log-probs),\nits version, stream positions",
+            ha="center", va="top", fontsize=8)
