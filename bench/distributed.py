@@ -14,10 +14,14 @@ weight sync, and the staleness table.
                  rollout message (256 completions) learner-bound.
     staleness    rlhf_lab.runs.staleness.staleness_sweep: K = 0, 1, 2, 4, 8 x none / naive / decoupled x
                  3 seeds, 60 GRPO steps, held-out accuracy on 200 problems every 20 steps.
+    target       training seconds to 95% held-out accuracy (500 problems every 10 steps, evaluation
+                 excluded), GRPO with 4 minibatches (bench/rl_race.py's setting), seed 0: the single
+                 process against the split at K = 1 with the naive and the decoupled correction. While
+                 the learner evaluates, a split's worker may sample its next rollout: that time is free.
 
 Prints medians with the spread (min-max) and the 1-minute load average before and after each part.
 
-    python bench/distributed.py [--parts throughput sync staleness] [--repeats 5] [--steps 30]
+    python bench/distributed.py [--parts throughput sync staleness target] [--repeats 5] [--steps 30]
 """
 
 from __future__ import annotations
@@ -127,7 +131,8 @@ def sync_and_message(rank: int, world_size: int, repeats: int) -> dict | None:
 def sync(repeats: int) -> None:
     before = load()
     results = run_data_parallel(2, sync_and_message, repeats)
-    print(f"\n## weight sync over gloo, 2 processes ({repeats} repeats, load average {before:.1f} -> {load():.1f})")
+    print(f"\n## weight sync over gloo, 2 processes ({repeats} repeats, load average {before:.1f} -> "
+          f"{load():.1f})")
     print("| model | parameters | tensors | bucket ms | tensor by tensor ms | tensor / bucket |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name in lab_model_sizes():
@@ -145,30 +150,57 @@ def sync(repeats: int) -> None:
 def staleness(seeds: int) -> None:
     before = load()
     start = time.perf_counter()
-    sweep = staleness_sweep(seeds=tuple(range(seeds)), settings=dict(steps=60, eval_every=20, eval_examples=200),
-                            progress=print)
+    settings = dict(steps=60, eval_every=20, eval_examples=200)
+    sweep = staleness_sweep(seeds=tuple(range(seeds)), settings=settings, progress=print)
     torch.set_num_threads(1)
-    print(f"\n## staleness sweep ({seeds} seeds, {time.perf_counter() - start:.0f} s, load average {before:.1f} -> "
-          f"{load():.1f}): held-out accuracy after 60 steps, mean (std over seeds)")
+    print(f"\n## staleness sweep ({seeds} seeds, {time.perf_counter() - start:.0f} s, load average "
+          f"{before:.1f} -> {load():.1f}): held-out accuracy after 60 steps, mean (std over seeds)")
     print(final_accuracy_table(sweep).round(3).to_string())
 
 
+def target() -> None:
+    before = load()
+    config = make_config("grpo", num_minibatches=4, eval_every=10, eval_examples=500, stop_at_accuracy=0.95,
+                         steps=600, time_budget=300.0, seed=0)
+    runs = {"single process": lambda: Trainer(config),
+            "split K=1, naive": lambda: AsyncTrainer(config.replace(off_policy="naive"),
+                                                     SplitConfig(max_staleness=1)),
+            "split K=1, decoupled": lambda: AsyncTrainer(config.replace(off_policy="decoupled"),
+                                                         SplitConfig(max_staleness=1))}
+    print(f"\n## time to 95% held-out accuracy (GRPO, 4 minibatches, seed 0, load average {before:.1f})")
+    print("| run | reached | steps | training seconds | s/step |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    for name, make in runs.items():
+        trainer = make()
+        history = trainer.train()
+        last = history.iloc[-1]
+        reached = trainer.stop_reason == "stop_at_accuracy"
+        steps = int(last["step"])
+        print(f"| {name} | {'yes' if reached else 'no'} ({last['eval_accuracy']:.3f}) | {steps} | "
+              f"{trainer.train_time:.1f} | {trainer.train_time / max(steps, 1):.3f} |")
+    print(f"load average after: {load():.1f}")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--parts", nargs="+", default=["throughput", "sync", "staleness"],
-                        choices=["throughput", "sync", "staleness"])
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--parts", nargs="+", default=["throughput", "sync", "staleness", "target"],
+                        choices=["throughput", "sync", "staleness", "target"])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(f"# bench/distributed.py, {date.today()}, {cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}")
+    print(f"# bench/distributed.py, {date.today()}, {cpu_name()}, {os.cpu_count()} cores, "
+          f"torch {torch.__version__}")
     if "sync" in args.parts:
         sync(args.repeats * 4)
     if "throughput" in args.parts:
         throughput(args.repeats, args.steps)
     if "staleness" in args.parts:
         staleness(args.seeds)
+    if "target" in args.parts:
+        target()
 
 
 if __name__ == "__main__":

@@ -270,8 +270,8 @@ def add_train_parser(subparsers) -> None:
     parser.add_argument("--algo", choices=sorted(ALGORITHMS), help="required unless --resume")
     _add_rl_arguments(parser)
     parser.add_argument("--rollout-workers", type=int, metavar="N",
-                        help="rollout/learner split: N rollout processes beside this learner (under torchrun: "
-                             "WORLD_SIZE - 1, the default there); rlhf_lab.distributed")
+                        help="rollout/learner split: N rollout processes beside this learner (under "
+                             "torchrun: WORLD_SIZE - 1, the default there); rlhf_lab.distributed")
     parser.add_argument("--max-staleness", type=int, metavar="K",
                         help="split: a rollout may be at most K policy versions old (default 0: synchronous)")
 

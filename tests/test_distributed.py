@@ -60,7 +60,8 @@ def assert_same_history(actual: pd.DataFrame, expected: pd.DataFrame) -> None:
     """Bit for bit (NaN where NaN): the same algorithm on the same numbers."""
     expected = deterministic(expected)
     actual = actual[expected.columns]
-    pd.testing.assert_frame_equal(actual.reset_index(drop=True), expected.reset_index(drop=True), check_exact=True)
+    pd.testing.assert_frame_equal(actual.reset_index(drop=True), expected.reset_index(drop=True),
+                                  check_exact=True)
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +184,8 @@ def test_the_mismatch_is_ordered_by_precision_and_the_decode_path_is_the_sampler
     mu = fp32.gather(-1, rollout.completion_ids.unsqueeze(-1)).squeeze(-1)
     mask = rollout.completion_mask.bool()
     # the same sums in another order (the sampler shares each prompt's cache over its G rows)
-    assert (mu - rollout.sampling_logprobs)[mask].abs().max() <= 64 * EPS * max(1.0, mu[mask].abs().max().item())
+    scale = max(1.0, mu[mask].abs().max().item())
+    assert (mu - rollout.sampling_logprobs)[mask].abs().max() <= 64 * EPS * scale
     metrics = {(dtype, cache): mismatch_metrics(decode_logprobs(rollout_copy(trainer.policy, dtype), rollout,
                                                                 cache=cache), learner, rollout)
                for dtype, cache in [("float32", "static"), ("bfloat16", "static"), ("float16", "static"),
@@ -192,12 +194,13 @@ def test_the_mismatch_is_ordered_by_precision_and_the_decode_path_is_the_sampler
     # bf16 rounds at ~2^-8, fp16 at ~2^-11: ~8x apart; fp32 only reorders sums
     assert mean["bfloat16", "static"] > 3 * mean["float16", "static"] > 30 * mean["float32", "static"]
     assert mean["float32", "int8"] > 30 * mean["float32", "static"]
-    assert metrics["bfloat16", "static"]["kl_rollout_train"] > metrics["float16", "static"]["kl_rollout_train"] > 0
+    kl = {key: value["kl_rollout_train"] for key, value in metrics.items()}
+    assert kl["bfloat16", "static"] > kl["float16", "static"] > 0
 
 
 def test_a_bf16_rollout_copy_with_an_int8_cache_trains_with_tis():
-    history = AsyncTrainer(make_config("grpo", SMALL, steps=2, eval_every=0, off_policy="tis"),
-                           SplitConfig(launch="inline", rollout_dtype="bfloat16", rollout_cache="int8")).train()
+    split = SplitConfig(launch="inline", rollout_dtype="bfloat16", rollout_cache="int8")
+    history = AsyncTrainer(make_config("grpo", SMALL, steps=2, eval_every=0, off_policy="tis"), split).train()
     assert history["policy_loss"].dropna().map(lambda v: v == v).all() and len(history) == 3
 
 
@@ -245,7 +248,8 @@ def test_a_port_in_use_is_refused_before_any_process_starts():
 
 def test_a_world_size_must_divide_the_batch():
     check_divides(32, 4)
-    with pytest.raises(ValueError, match=r"world_size \(3\) must divide prompts_per_step \* num_generations \(32\)"):
+    message = r"world_size \(3\) must divide prompts_per_step \* num_generations \(32\)"
+    with pytest.raises(ValueError, match=message):
         check_divides(32, 3)
 
 
@@ -299,7 +303,8 @@ def test_two_data_parallel_learners_give_the_full_batch_gradient():
 
 
 def test_two_processes_at_k0_reproduce_the_trainer_bit_for_bit(grpo_reference):
-    trainer = AsyncTrainer(make_config("grpo", SMALL), SplitConfig(max_staleness=0, sync="bucket", timeout=60))
+    split = SplitConfig(max_staleness=0, sync="bucket", timeout=60)
+    trainer = AsyncTrainer(make_config("grpo", SMALL), split)
     history = trainer.train()
     assert_same_history(history, grpo_reference)
     assert history["staleness"].dropna().tolist() == [0, 0, 0]
@@ -322,7 +327,8 @@ def test_a_killed_rollout_worker_is_restarted_and_the_run_goes_on(grpo_reference
     """At K = 0 the lost rollout is sampled again from the same stream position with the same weights:
     the run is still the Trainer's, bit for bit."""
     killer = KillWorker(at=1)
-    trainer = AsyncTrainer(make_config("grpo", SMALL), SplitConfig(sync="tensor", timeout=60), callbacks=[killer])
+    split = SplitConfig(sync="tensor", timeout=60)
+    trainer = AsyncTrainer(make_config("grpo", SMALL), split, callbacks=[killer])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         history = trainer.train()
@@ -348,13 +354,15 @@ def test_sigterm_then_resume_continues_the_split_run_exactly(tmp_path):
     it. At K = 0 the history is the uninterrupted Trainer's, bit for bit (written to CSV and read back)."""
     out = tmp_path / "run"
     settings = dict(SMALL, steps=10, eval_every=5)
-    command = [sys.executable, "-m", "rlhf_lab", "train", "--algo", "grpo", "--out", str(out), "--rollout-workers",
-               "1", "--max-staleness", "0", "--save-every", "1", "--no-progress", "--no-plots", "--threads", "1",
+    command = [sys.executable, "-m", "rlhf_lab", "train", "--algo", "grpo", "--out", str(out),
+               "--rollout-workers", "1", "--max-staleness", "0", "--save-every", "1", "--no-progress",
+               "--no-plots", "--threads", "1",
                "--steps", str(settings["steps"]), "--eval-every", str(settings["eval_every"]),
                "--seed", str(settings["seed"]), "--set", f"prompts_per_step={settings['prompts_per_step']}",
                "--set", f"eval_examples={settings['eval_examples']}"]
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
-    run = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    run = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT)
     deadline = time.time() + 120
     while read_state_step(out) < 2 and run.poll() is None and time.time() < deadline:
         time.sleep(0.02)
@@ -365,9 +373,9 @@ def test_sigterm_then_resume_continues_the_split_run_exactly(tmp_path):
     assert 2 <= stopped_at < settings["steps"], output
     saved = json.loads((out / "run.json").read_text())
     assert saved["split"]["rollout_workers"] == 1 and saved["split"]["max_staleness"] == 0
-    resumed = subprocess.run([sys.executable, "-m", "rlhf_lab", "train", "--resume", str(out), "--no-progress",
-                              "--no-plots", "--threads", "1"], cwd=ROOT, env=environment, capture_output=True,
-                             text=True, timeout=180)
+    resume = [sys.executable, "-m", "rlhf_lab", "train", "--resume", str(out), "--no-progress", "--no-plots",
+              "--threads", "1"]
+    resumed = subprocess.run(resume, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=180)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     history = pd.read_csv(out / "history.csv")
     assert history["step"].tolist() == list(range(settings["steps"] + 1))

@@ -19,8 +19,8 @@ from rlhf_lab.rl.off_policy import (
 from rlhf_lab.rl.rollout import PolicyOutput
 
 # Two completions: the second has a padded third position. pi_prox and mu per token:
-#   row 0: pi_prox = 0.5, 0.2, 0.4   mu = 0.25, 0.4, 0.4   -> r = 2, 0.5, 1     (product 1, geometric 1)
-#   row 1: pi_prox = 0.3, 0.3, pad   mu = 0.1,  0.6, pad   -> r = 3, 0.5        (product 1.5, geometric 1.5**0.5)
+#   row 0: pi_prox = 0.5, 0.2, 0.4  mu = 0.25, 0.4, 0.4  -> r = 2, 0.5, 1  (product 1, geometric 1)
+#   row 1: pi_prox = 0.3, 0.3, pad  mu = 0.1,  0.6, pad  -> r = 3, 0.5     (product 1.5, geometric 1.5**0.5)
 PROX = torch.log(torch.tensor([[0.5, 0.2, 0.4], [0.3, 0.3, 1.0]]))
 MU = torch.log(torch.tensor([[0.25, 0.4, 0.4], [0.1, 0.6, 1.0]]))
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
@@ -86,7 +86,8 @@ def test_none_and_naive_choose_what_the_ratio_divides_by():
 
 def test_a_wild_ratio_cannot_overflow():
     huge = torch.tensor([[0.0, -200.0]])  # log mu = -200: r = e^200 unclamped
-    weight, _ = importance_weights(behaviour_log_ratio(torch.zeros(1, 2), huge), torch.ones(1, 2), "decoupled")
+    log_ratio = behaviour_log_ratio(torch.zeros(1, 2), huge)
+    weight, _ = importance_weights(log_ratio, torch.ones(1, 2), "decoupled")
     assert torch.isfinite(weight).all() and weight[0, 1].item() == pytest.approx(math.exp(20), rel=1e-6)
 
 
@@ -99,12 +100,14 @@ def minibatch(advantage: float) -> tuple[Rollout, PolicyOutput]:
     logprobs = PROX[:1].clone().requires_grad_(True)
     n, t = 1, 3
     rollout = Rollout(input_ids=torch.zeros(n, 1 + t, dtype=torch.long), attention_mask=torch.ones(n, 1 + t),
-                      prompt_width=1, completion_ids=torch.zeros(n, t, dtype=torch.long), completion_mask=MASK[:1],
-                      rewards=torch.zeros(n), correct=torch.zeros(n), finished=torch.ones(n, dtype=torch.bool),
+                      prompt_width=1, completion_ids=torch.zeros(n, t, dtype=torch.long),
+                      completion_mask=MASK[:1], rewards=torch.zeros(n), correct=torch.zeros(n),
+                      finished=torch.ones(n, dtype=torch.bool),
                       num_generations=1, max_completion_length=t, sampling_logprobs=MU[:1],
                       advantages=torch.full((n, t), advantage), old_values=torch.zeros(n, t),
                       returns=torch.zeros(n, t))
-    return rollout, PolicyOutput(logprobs=logprobs, entropy=None, values=torch.zeros(n, t, requires_grad=True))
+    values = torch.zeros(n, t, requires_grad=True)
+    return rollout, PolicyOutput(logprobs=logprobs, entropy=None, values=values)
 
 
 @pytest.mark.parametrize(("correction", "cap", "expected"), [
@@ -132,7 +135,8 @@ def test_ppo_loss_takes_the_same_corrections():
         # critic="head": the values are the policy forward's own (given here), no critic model is built
         algorithm = PPO(make_config("ppo", off_policy=correction, off_policy_cap=1.5, vf_coef=0.0))
         losses[correction] = algorithm.loss(rollout, policy)[0].item()
-    assert losses == pytest.approx({"none": -2.0, "decoupled": -(2.0 + 0.5 + 1.0) * 2 / 3, "mis": -2.0}, rel=1e-6)
+    expected = {"none": -2.0, "decoupled": -(2.0 + 0.5 + 1.0) * 2 / 3, "mis": -2.0}
+    assert losses == pytest.approx(expected, rel=1e-6)
 
 
 def test_every_correction_is_the_plain_loss_when_mu_is_the_learner():
@@ -146,8 +150,9 @@ def test_every_correction_is_the_plain_loss_when_mu_is_the_learner():
     for correction in CORRECTIONS:
         logprobs = prox.clone().requires_grad_(True)
         rollout = Rollout(input_ids=torch.zeros(4, 6, dtype=torch.long), attention_mask=torch.ones(4, 6),
-                          prompt_width=1, completion_ids=torch.zeros(4, 5, dtype=torch.long), completion_mask=mask,
-                          rewards=torch.zeros(4), correct=torch.zeros(4), finished=torch.ones(4, dtype=torch.bool),
+                          prompt_width=1, completion_ids=torch.zeros(4, 5, dtype=torch.long),
+                          completion_mask=mask, rewards=torch.zeros(4), correct=torch.zeros(4),
+                          finished=torch.ones(4, dtype=torch.bool),
                           num_generations=2, max_completion_length=5, sampling_logprobs=prox.clone(),
                           advantages=advantages)
         loss, _ = GRPO(make_config("grpo", off_policy=correction)).loss(

@@ -29,8 +29,8 @@ from .weights import flatten, trainable_tensors, unflatten_into, weight_payload
 from .worker import RolloutMessage, RolloutWorker, WorkerSpec, rollout_worker_main, torchrun_rollout_worker
 
 __all__ = [
-    "SPLIT_COLUMNS", "Admission", "AsyncTrainer", "InlineTier", "ProcessTier", "RemoteSampler", "RolloutMessage",
-    "RolloutQueue", "RolloutWorker", "SplitConfig", "WorkerSpec", "check_divides", "command_line_split", "flatten",
-    "free_port", "rollout_worker_main", "torchrun_environment", "torchrun_rollout_worker", "trainable_tensors",
-    "unflatten_into", "weight_payload",
+    "SPLIT_COLUMNS", "Admission", "AsyncTrainer", "InlineTier", "ProcessTier", "RemoteSampler",
+    "RolloutMessage", "RolloutQueue", "RolloutWorker", "SplitConfig", "WorkerSpec", "check_divides",
+    "command_line_split", "flatten", "free_port", "rollout_worker_main", "torchrun_environment",
+    "torchrun_rollout_worker", "trainable_tensors", "unflatten_into", "weight_payload",
 ]

@@ -125,8 +125,8 @@ def check_divides(batch: int, world_size: int, what: str = "prompts_per_step * n
     """Data parallelism splits the batch into equal shards: world_size must divide it."""
     check_number("world_size", world_size, low=1, integer=True)
     if batch % world_size:
-        raise ValueError(f"world_size ({world_size}) must divide {what} ({batch}): each process takes an equal "
-                         "share of the batch")
+        raise ValueError(f"world_size ({world_size}) must divide {what} ({batch}): each process takes "
+                         "an equal share of the batch")
 
 
 def torchrun_environment() -> dict | None:
@@ -159,7 +159,7 @@ def command_line_split(rollout_workers: int | None, max_staleness: int | None, s
         check_split_processes(world)
         settings.setdefault("rollout_workers", world - 1)
         if settings["rollout_workers"] != world - 1:
-            raise ValueError(f"rollout_workers ({settings['rollout_workers']}) must be WORLD_SIZE - 1 = {world - 1} "
-                             "under torchrun (one learner, the other ranks sample)")
+            raise ValueError(f"rollout_workers ({settings['rollout_workers']}) must be WORLD_SIZE - 1 = "
+                             f"{world - 1} under torchrun (one learner, the other ranks sample)")
         settings["launch"] = "torchrun"
     return SplitConfig(**settings)

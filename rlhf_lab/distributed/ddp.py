@@ -118,8 +118,8 @@ def run_data_parallel(world_size: int, target, *args, timeout: float = 120.0):
 
     check_number("world_size", world_size, low=1, integer=True)
     port, context = free_port(), mp.get_context("spawn")
-    others = [context.Process(target=joined, args=(rank, world_size, port, timeout, target, args), daemon=True)
-              for rank in range(1, world_size)]
+    others = [context.Process(target=joined, args=(rank, world_size, port, timeout, target, args),
+                              daemon=True) for rank in range(1, world_size)]
     for process in others:
         process.start()
     try:

@@ -55,8 +55,8 @@ class RemoteSampler(RolloutSampler):
 
     def __call__(self, count: int):
         if count != self.trainer.config.prompts_per_step:
-            raise ValueError(f"rollout workers sample prompts_per_step ({self.trainer.config.prompts_per_step}) "
-                             f"prompts at a time, asked for {count}")
+            raise ValueError(f"rollout workers sample prompts_per_step "
+                             f"({self.trainer.config.prompts_per_step}) prompts at a time, asked for {count}")
         return self.trainer.receive_rollout()
 
 
@@ -97,8 +97,8 @@ class AsyncTrainer(Trainer):
     def receive_rollout(self):
         """The next rollout from the tier: set the streams to where it leaves them, and move it here."""
         if self.tier is None:
-            raise RuntimeError("an AsyncTrainer's rollouts come from its rollout workers, which run while train() "
-                               "runs: call train() (or train(steps=1))")
+            raise RuntimeError("an AsyncTrainer's rollouts come from its rollout workers, which run while "
+                               "train() runs: call train() (or train(steps=1))")
         start, sync_before = time.perf_counter(), self.tier.sync_seconds
         message = self.tier.next_message(self.step)
         self.step_wait += time.perf_counter() - start
@@ -119,7 +119,8 @@ class AsyncTrainer(Trainer):
         versions = [m.version for m in self.step_messages]
         metrics.update({
             "rollout_version": min(versions), "staleness": self.step - 1 - min(versions),
-            "queue_length": self.tier.queue_length, "dropped_rollouts": self.dropped_before + self.tier.dropped,
+            "queue_length": self.tier.queue_length,
+            "dropped_rollouts": self.dropped_before + self.tier.dropped,
             "worker_restarts": self.restarts_before + self.tier.restarts,
             "queue_wait_time": self.step_wait, "sync_time": self.step_sync,
         })

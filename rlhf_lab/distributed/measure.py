@@ -48,7 +48,8 @@ def steps_per_second(trainer, warmup: int = 3) -> float:
     trainer.train()
     ends = clock.ends[warmup - 1:] if warmup else clock.ends
     if len(ends) < 2:
-        raise ValueError(f"steps_per_second needs more than {warmup + 1} steps, the run made {len(clock.ends)}")
+        raise ValueError(f"steps_per_second needs more than {warmup + 1} steps, the run made "
+                         f"{len(clock.ends)}")
     return (len(ends) - 1) / (ends[-1] - ends[0])
 
 
@@ -90,7 +91,8 @@ def lab_model_sizes() -> dict:
     return {"shipped": lab_model_config(tokenizer), "4.5M": lab_model_config(tokenizer, **big)}
 
 
-def two_process_measurements(rank: int, world_size: int, model_configs: dict, repeats: int, config) -> dict | None:
+def two_process_measurements(rank: int, world_size: int, model_configs: dict, repeats: int,
+                             config) -> dict | None:
     """run_data_parallel target for one start-up of two processes: `sync_seconds`, then the data-parallel
     gradient of one rollout of `config` (rlhf_lab.distributed.ddp.gradient_worker) next to the full
     batch's gradient computed on rank 0 alone. Rank 0 gets {"sync": ..., "ddp": (parallel, full)}."""

@@ -47,7 +47,8 @@ def decode_logprobs(model, rollout: Rollout, temperature: float = 1.0, cache: st
     kv = make_cache(cache, model.config, N, P + T, device=rollout.input_ids.device, dtype=dtype, **options)
     mask = rollout.attention_mask.clone()
     mask[:, P:] = 1  # the sampler attends to every generated position (padding after EOS is never read)
-    logits = [model(rollout.input_ids[:, :P], attention_mask=mask[:, :P], cache=kv, num_logits_to_keep=1).logits]
+    prefill = model(rollout.input_ids[:, :P], attention_mask=mask[:, :P], cache=kv, num_logits_to_keep=1)
+    logits = [prefill.logits]
     for t in range(T - 1):
         step = model(rollout.completion_ids[:, t: t + 1], attention_mask=mask[:, : P + t + 1], cache=kv)
         logits.append(step.logits[:, -1:])
@@ -59,7 +60,8 @@ def mismatch_metrics(engine_logprobs: torch.Tensor, learner_logprobs: torch.Tens
     rollout's sampled tokens and over the whole vocabulary (float32 means over real tokens)."""
     mask = rollout.completion_mask
     tokens = rollout.completion_ids.unsqueeze(-1)
-    d = (learner_logprobs.gather(-1, tokens) - engine_logprobs.gather(-1, tokens)).squeeze(-1)  # log pi - log mu
+    # d = log pi - log mu of each sampled token
+    d = (learner_logprobs.gather(-1, tokens) - engine_logprobs.gather(-1, tokens)).squeeze(-1)
     kl = (engine_logprobs.exp() * (engine_logprobs - learner_logprobs)).sum(-1)  # sum_v mu_v log(mu_v / pi_v)
     return {"abs_logp_diff_mean": masked_mean(d.abs(), mask).item(),
             "abs_logp_diff_max": d.abs()[mask.bool()].max().item() if mask.any() else float("nan"),

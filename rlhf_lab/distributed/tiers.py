@@ -107,7 +107,8 @@ class ProcessTier:
         self.processes: list = []
         self.restarts = 0
         self.sync_seconds = 0.0
-        self.queue = RolloutQueue(split.max_staleness, capacity=split.max_staleness + split.rollout_workers + 1)
+        capacity = split.max_staleness + split.rollout_workers + 1
+        self.queue = RolloutQueue(split.max_staleness, capacity=capacity)
         self.admission = Admission(split.max_staleness)
         self.running = False
 
@@ -121,8 +122,8 @@ class ProcessTier:
             world = self.environment["world_size"]
             check_split_processes(world)
             if world != split.world_size:
-                raise ValueError(f"rollout_workers ({split.rollout_workers}) must be WORLD_SIZE - 1 = {world - 1} "
-                                 "under torchrun (one learner, the other ranks sample)")
+                raise ValueError(f"rollout_workers ({split.rollout_workers}) must be WORLD_SIZE - 1 = "
+                                 f"{world - 1} under torchrun (one learner, the other ranks sample)")
         else:
             check_split_processes(split.world_size, "1 + rollout_workers")
         check_backend(split.backend, split.world_size)
@@ -136,7 +137,8 @@ class ProcessTier:
             bell_address = None  # the workers hold the rendezvous store already
         else:
             if not dist.is_initialized():
-                dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=split.timeout))  # torchrun's env://
+                # torchrun's env:// (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE)
+                dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=split.timeout))
             bell_address = (self.environment["master_addr"], free_port())
             store = rendezvous(0, split.world_size, *bell_address, split.timeout, master=True)
         self.groups = weight_groups(split.world_size, split.backend)
@@ -155,7 +157,8 @@ class ProcessTier:
 
     def spawn(self, port: int) -> None:
         """Start one `python -m rlhf_lab.distributed` per rollout worker (its own session: a Ctrl-C meant
-        for the learner does not reach it; the learner stops it). Its output goes to a file, shown if it fails."""
+        for the learner does not reach it; the learner stops it). Its output goes to a file, shown if it
+        fails."""
         split = self.split
         self.processes, self.logs = [], []
         for rank in range(1, split.world_size):
@@ -181,11 +184,12 @@ class ProcessTier:
             for rank, process in enumerate(self.processes, start=1):
                 if process.poll() is not None:
                     self.end_processes()
-                    raise RuntimeError(f"rollout worker {rank} exited with code {process.returncode} while starting:\n"
-                                       f"{self.worker_log(rank)}")
+                    raise RuntimeError(f"rollout worker {rank} exited with code {process.returncode} while "
+                                       f"starting:\n{self.worker_log(rank)}")
             if time.perf_counter() > deadline:
                 self.end_processes()
-                raise RuntimeError(f"the rollout workers did not start within {self.split.timeout:.0f} s (timeout)")
+                raise RuntimeError(f"the rollout workers did not start within {self.split.timeout:.0f} s "
+                                   "(timeout)")
             time.sleep(0.01)
 
     def close(self) -> None:
@@ -237,7 +241,8 @@ class ProcessTier:
     # ------------------------------------------------------------------------------------ grants
 
     def send_header(self, rank: int, values: list[int]) -> None:
-        dist.broadcast(torch.tensor(values, dtype=torch.int64, device=self.device), 0, group=self.groups[rank - 1])
+        header = torch.tensor(values, dtype=torch.int64, device=self.device)
+        dist.broadcast(header, 0, group=self.groups[rank - 1])
 
     def grant(self, version: int) -> None:
         """Give tickets to waiting workers while admission allows, each with the newest weights it lacks."""
@@ -317,11 +322,12 @@ class ProcessTier:
             return
         rank, process = dead[0]
         if self.restarts >= self.split.max_restarts:
-            raise RuntimeError(f"rollout worker {rank} exited (code {process.returncode}) and the rollout processes "
-                               f"were already restarted {self.restarts} times (max_restarts)")
+            raise RuntimeError(f"rollout worker {rank} exited (code {process.returncode}) and the rollout "
+                               f"processes were already restarted {self.restarts} times (max_restarts)")
         in_flight = self.admission.granted - self.admission.dropped - self.version - len(self.queue)
-        warnings.warn(f"rollout worker {rank} (pid {process.pid}) exited with code {process.returncode}; restarting "
-                      f"the rollout processes; {max(in_flight, 0)} rollout(s) in flight will be sampled again",
+        warnings.warn(f"rollout worker {rank} (pid {process.pid}) exited with code {process.returncode}; "
+                      f"restarting the rollout processes; {max(in_flight, 0)} rollout(s) in flight will be "
+                      "sampled again",
                       RuntimeWarning, stacklevel=2)
         self.restarts += 1
         self.running = False

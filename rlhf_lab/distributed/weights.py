@@ -80,8 +80,8 @@ def load_weights(tensors: list[torch.Tensor], received: list[torch.Tensor], mode
         unflatten_into(tensors, received[0])
         return
     if len(received) != len(tensors):
-        raise ValueError(f"received {len(received)} tensors for a model with {len(tensors)}: the two sides hold "
-                         "different models")
+        raise ValueError(f"received {len(received)} tensors for a model with {len(tensors)}: the two sides "
+                         "hold different models")
     with torch.no_grad():
         for t, r in zip(tensors, received):
             t.copy_(r)

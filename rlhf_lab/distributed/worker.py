@@ -65,10 +65,12 @@ class WorkerSpec:
     def from_trainer(cls, trainer, split, sampler=None) -> WorkerSpec:
         """The spec of `trainer`'s sampler (or `sampler`) with `split`'s rollout precision and sync mode."""
         s, c = sampler or trainer.sampler, trainer.config
-        return cls(policy=copy.deepcopy(trainer.policy).cpu(), tokenizer=s.tokenizer, task=s.task, reward_fn=s.reward_fn,
-                   accuracy_fn=s.accuracy_fn, train_examples=list(s.train_examples), sampling=s.sampling,
-                   num_generations=s.num_generations, prompts_per_step=c.prompts_per_step, shuffles=c.num_iterations,
-                   device=str(trainer.device), dtype=split.rollout_dtype, cache=split.rollout_cache, sync=split.sync,
+        return cls(policy=copy.deepcopy(trainer.policy).cpu(), tokenizer=s.tokenizer, task=s.task,
+                   reward_fn=s.reward_fn, accuracy_fn=s.accuracy_fn, train_examples=list(s.train_examples),
+                   sampling=s.sampling, num_generations=s.num_generations,
+                   prompts_per_step=c.prompts_per_step, shuffles=c.num_iterations,
+                   device=str(trainer.device), dtype=split.rollout_dtype,
+                   cache=split.rollout_cache, sync=split.sync,
                    seed=c.seed)
 
 
@@ -139,7 +141,7 @@ class RolloutWorker:
         self.sampler.data_generator.manual_seed(seed)
 
     def generate(self, index: int) -> RolloutMessage:
-        """Sample one rollout of `prompts_per_step` prompts with the current weights (version `self.version`)."""
+        """One rollout of `prompts_per_step` prompts, sampled with the weights of version `self.version`."""
         if self.version is None:
             raise RuntimeError("the rollout worker has no weights yet: load() the learner's first")
         start = time.perf_counter()
@@ -148,8 +150,8 @@ class RolloutWorker:
         data_state = data.get_state()
         for _ in range(self.spec.shuffles):  # the draws Trainer.update makes: one randperm(N) per pass
             torch.randperm(len(rollout), generator=data)
-        return RolloutMessage(rollout=rollout_to(rollout, "cpu"), version=self.version, index=index, worker=self.rank,
-                              data_state=data_state, next_data_state=data.get_state(),
+        return RolloutMessage(rollout=rollout_to(rollout, "cpu"), version=self.version, index=index,
+                              worker=self.rank, data_state=data_state, next_data_state=data.get_state(),
                               next_sample_state=self.sampler.sample_generator.get_state(),
                               sample_seconds=time.perf_counter() - start)
 
@@ -269,5 +271,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", required=True, help="SplitConfig as JSON")
     args = parser.parse_args(argv)
     exit_with_parent(os.getppid())
-    rollout_worker_main(args.rank, args.world_size, args.master_addr, args.master_port, json.loads(args.split))
+    split = json.loads(args.split)
+    rollout_worker_main(args.rank, args.world_size, args.master_addr, args.master_port, split)
     return 0

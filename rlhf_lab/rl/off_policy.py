@@ -93,6 +93,6 @@ def correct(prox_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor | None
                          "(rollout.sampling_logprobs, recorded by the sampler); this rollout has none")
     if correction == "naive":
         return Correction(behaviour_logprobs.detach(), None, mask)
-    weight, kept = importance_weights(behaviour_log_ratio(prox_logprobs, behaviour_logprobs), mask, correction,
-                                      level, cap)
+    log_ratio = behaviour_log_ratio(prox_logprobs, behaviour_logprobs)
+    weight, kept = importance_weights(log_ratio, mask, correction, level, cap)
     return Correction(prox_logprobs, weight, kept)

@@ -136,8 +136,8 @@ class PPO(Algorithm):
     def loss(self, minibatch, policy):
         c, mask = self.config, minibatch.completion_mask
         # a rollout sampled elsewhere (off_policy.py): mu for naive, a weight or a mask on the policy loss
-        fix = correct(minibatch.old_logprobs, minibatch.sampling_logprobs, mask, c.off_policy, c.off_policy_level,
-                      c.off_policy_cap)
+        fix = correct(minibatch.old_logprobs, minibatch.sampling_logprobs, mask, c.off_policy,
+                      c.off_policy_level, c.off_policy_cap)
         ratio = torch.exp(token_log_ratio(policy.logprobs, fix.old_logprobs))  # rho_t
         advantages = minibatch.advantages
         per_token, clipped_low, clipped_high = clipped_surrogate(ratio, advantages, c.eps_low, c.eps_high)

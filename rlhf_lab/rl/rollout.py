@@ -223,7 +223,8 @@ class RolloutSampler:
         """Completions for the given examples (default: G each, at the training temperature)."""
         return sample_and_score(self.policy, self.tokenizer, examples,
                                 num_generations or self.num_generations, sampling or self.sampling,
-                                self.reward_fn, self.task, self.sample_generator, self.accuracy_fn, self.cache)
+                                self.reward_fn, self.task, self.sample_generator, self.accuracy_fn,
+                                self.cache)
 
     def greedy_rewards(self, examples: Sequence) -> torch.Tensor:
         """(len(examples),) the reward of each example's greedy completion."""

@@ -106,8 +106,9 @@ def removed_if_refused(out: Path):
 def train_run(config, out_dir: str | Path, progress: bool = True, save_checkpoint: bool = True,
               trainer: Trainer | None = None, resume: bool = False, overwrite: bool = False,
               save_every: int = 10, plots: bool = True, run_info: dict | None = None) -> dict:
-    """Train `config` into `out_dir`: run.json first (with `run_info`, e.g. a split's settings), the resumable state every `save_every` steps and
-    at any stop (out_dir/resume), then history.csv, metrics.json, plots and the final checkpoint.
+    """Train `config` into `out_dir`: run.json first (with `run_info`, e.g. a split's settings), the
+    resumable state every `save_every` steps and at any stop (out_dir/resume), then history.csv,
+    metrics.json, plots and the final checkpoint.
 
     One writer per folder (a lock); a folder holding another run is refused unless `resume`
     (continue from its saved state, to `config.steps`) or `overwrite`. Signals sent while a file is

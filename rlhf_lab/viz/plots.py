@@ -732,14 +732,15 @@ def draw_split_dashboard(axes: Mapping[str, Axes], history: pd.DataFrame | None,
         for ax in axes.values():
             reset_axes(ax)
         draw_accuracy(axes["accuracy"], history, x, color)
-        draw_lines(axes["staleness"], history, [("staleness", "-")], "staleness: learner version - rollout version",
-                   "policy versions", x, color)
+        draw_lines(axes["staleness"], history, [("staleness", "-")],
+                   "staleness: learner version - rollout version", "policy versions", x, color)
         draw_lines(axes["queue"], history, [("queue_length", "-"), ("dropped_rollouts", "--")],
                    "queue length (solid), dropped rollouts in all (dashed)", "rollouts", x, color)
         draw_clip(axes["clip"], history, x, color, config)
         draw_lines(axes["throughput"], history, [("tokens_per_s", "-")], "throughput of the learner's steps",
                    "completion tokens / s", x, color)
-        draw_lines(axes["step_time"], history, [("step_time", "-"), ("queue_wait_time", "--"), ("sync_time", ":")],
+        draw_lines(axes["step_time"], history,
+                   [("step_time", "-"), ("queue_wait_time", "--"), ("sync_time", ":")],
                    "step (solid), rollout wait (dashed), weight sync (dotted)", "seconds", x,
                    color)
     step = int(history["step"].max()) if "step" in history.columns and len(history) else 0
@@ -770,8 +771,8 @@ def draw_split_diagram(ax: Axes, rollout_workers: int = 1) -> None:
         "no optimiser, no reference", "samples only with a ticket:", "  granted - dropped <= v + K"], "C1")
     arrow = dict(arrowstyle="-|>", mutation_scale=18, linewidth=1.8)
     ax.add_patch(FancyArrowPatch((3.7, 4.1), (6.4, 4.1), color="C0", **arrow))
-    ax.text(5.05, 4.25, "weights of version v\nafter each step\n(broadcast on group {0, r},\nbucket or per tensor)",
-            ha="center", va="bottom", fontsize=8)
+    weights = "weights of version v\nafter each step\n(broadcast on group {0, r},\nbucket or per tensor)"
+    ax.text(5.05, 4.25, weights, ha="center", va="bottom", fontsize=8)
     ax.add_patch(FancyArrowPatch((6.4, 2.0), (3.7, 2.0), color="C1", **arrow))
-    ax.text(5.05, 1.85, "rollout: tokens, rewards,\nlog mu (behaviour log-probs),\nits version, stream positions",
-            ha="center", va="top", fontsize=8)
+    rollout = "rollout: tokens, rewards,\nlog mu (behaviour log-probs),\nits version, stream positions"
+    ax.text(5.05, 1.85, rollout, ha="center", va="top", fontsize=8)
