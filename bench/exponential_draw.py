@@ -1,7 +1,7 @@
 """The sampler's Exp(1) draw: torch's `exponential_` against `exponential_like` (the same numbers from
 float64 `uniform_` and one vectorised -log1p(-u)), interleaved in one process.
 
-    python bench/exponential_draw.py            # (64, 58): a 64 x 32 benchmark call; (256, 58): a GRPO rollout
+    python bench/exponential_draw.py    # (64, 58): a 64 x 32 benchmark call; (256, 58): a GRPO rollout
 
 The two take turns (A B A B ...) for 15 rounds of 300 calls each at every shape; the line gives each
 one's median microseconds per call and the median and quartiles of the per-round ratio, with the torch
@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from rlhf_lab.sampling.processors import exponential_like
+from rlhf_lab.sampling.fast import exponential_like
 
 
 def per_call_us(fn, calls: int) -> float:
@@ -28,7 +28,8 @@ def per_call_us(fn, calls: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--threads", type=int, default=1)
@@ -38,8 +39,9 @@ def main() -> None:
     loads = [os.getloadavg()[0]]
     for shape in [(64, 58), (256, 58)]:
         probs = torch.empty(shape)
-        contenders = {"exponential_": lambda probs=probs: torch.empty_like(probs).exponential_(1.0, generator=generator),
-                      "exponential_like": lambda probs=probs: exponential_like(probs, generator)}
+        contenders = {
+            "exponential_": lambda probs=probs: torch.empty_like(probs).exponential_(generator=generator),
+            "exponential_like": lambda probs=probs: exponential_like(probs, generator)}
         for fn in contenders.values():  # warm-up
             per_call_us(fn, 50)
         times = {name: [] for name in contenders}
@@ -49,8 +51,9 @@ def main() -> None:
         ratios = [a / b for a, b in zip(times["exponential_"], times["exponential_like"])]
         low, _, high = statistics.quantiles(ratios, n=4)
         print(f"{shape}: exponential_ {statistics.median(times['exponential_']):.1f} us, exponential_like "
-              f"{statistics.median(times['exponential_like']):.1f} us; exponential_like {statistics.median(ratios):.2f}x "
-              f"faster (quartiles {low:.2f}-{high:.2f}), {args.rounds} interleaved rounds of {args.calls} calls")
+              f"{statistics.median(times['exponential_like']):.1f} us; exponential_like "
+              f"{statistics.median(ratios):.2f}x faster (quartiles {low:.2f}-{high:.2f}), "
+              f"{args.rounds} interleaved rounds of {args.calls} calls")
     loads.append(os.getloadavg()[0])
     print(f"{torch.get_num_threads()} torch thread(s), torch {torch.__version__}, 1-minute load average "
           f"{min(loads):.2f}-{max(loads):.2f}")

@@ -51,7 +51,7 @@ import torch.nn.functional as F
 from rlhf_lab.rl import Trainer, make_config
 from rlhf_lab.rl.rollout import score_completions
 from rlhf_lab.sampling import generate
-from rlhf_lab.sampling.processors import process_logits, sample_next_token
+from rlhf_lab.sampling.generate import token_chooser
 from rlhf_lab.util.device import cpu_name
 
 
@@ -201,10 +201,13 @@ def main() -> None:
         logits = torch.randn(N, V)
         context = out.sequences[:, : P + 1]
 
+        config = sampler.sampling
+        choose = token_chooser(config, config.no_repeat_ngram_size > 0, config.return_logprobs)  # generate's
+        context_mask = torch.ones_like(context)
+
         def processors_and_sampling():
             for _ in range(steps):
-                sample_next_token(process_logits(logits, context, sampler.sampling), sampler.sampling,
-                                  sampler.sample_generator)
+                choose(logits, context, context_mask, context.shape[1], sampler.sample_generator)
 
         seconds, _ = clock(processors_and_sampling)
         note("rollout: decode loop (model)", decode - seconds)

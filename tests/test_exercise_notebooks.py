@@ -5,6 +5,7 @@ check fails and names that mistake."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -16,6 +17,7 @@ from tools.notebook_runner import execute
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks" / "exercises"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
 def blanks(nb) -> list:
@@ -48,12 +50,22 @@ def test_committed_worksheet_is_clean_and_public(path):
     assert all(not c.outputs and not c.execution_count for c in code), "worksheets are committed without outputs"
     assert not private_uses([c.source if c.cell_type == "code" else "" for c in nb.cells])
     text = "\n".join(c.source for c in nb.cells)
+    for heading in ("你将学到", "前置知识", "运行时间"):  # the introduction in Chinese too
+        assert heading in first
     for cell in blanks(nb):
         exercise = exercises.get(cell.metadata["exercise"])
         assert exercise.signature in cell.source and "raise NotImplementedError" in cell.source
-        for hint in exercise.hints:  # the hints shown on demand are the package's
+        for hint in exercise.hints + exercise.hints_zh:  # the hints shown on demand are the package's
             assert hint in text, (exercise.name, hint)
+        for lang in ("en", "zh"):  # title, question and explanation in both languages
+            for piece in (exercise.title_in(lang), exercise.question_in(lang), exercise.explanation_in(lang)):
+                assert piece in text, (exercise.name, lang, piece)
         assert f'exercises.check("{exercise.name}", {exercise.name})' in text
+    markdown = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    boxes = [source for source in markdown if "What to say in an interview" in source]
+    assert boxes and all("面试怎么答" in box for box in boxes)  # every interview box in both languages
+    headings = [line for source in markdown for line in source.splitlines() if line.startswith("## ")]
+    assert headings and all(CJK.search(line) for line in headings), headings
 
 
 def run_injected(path: Path, tmp_path: Path, inject) -> nbformat.NotebookNode:

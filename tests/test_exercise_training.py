@@ -47,9 +47,31 @@ def test_plugging_checks_the_config():
         training.train_with("cohen_kappa", None)
 
 
-def test_comparison_stacks_both_runs_and_plots():
+def test_comparison_stacks_both_runs_and_plots(capsys):
     runs = training.compare_with_reference("whiten", exercises.reference("whiten"), SETTINGS, model=tiny_model(),
                                            tokenizer=TOK, reward_fn=count_ones)
     assert set(runs["run"]) == {"yours", "reference"} and len(runs) == 2 * (SETTINGS["steps"] + 1)
+    assert set(runs["seed"]) == {0}
+    # one short run per side: the comparison says plainly that it may not show a mistake
+    assert "a short single-seed run may not show a mistake" in capsys.readouterr().out
     fig = training.plot_comparison(runs, algo="ppo")
     assert len(fig.axes) == 2
+
+
+def test_comparison_over_seeds_shows_the_spread(capsys):
+    wrong = next(m for m in exercises.mistakes("whiten") if m.name == "population_variance").variant
+    runs = training.compare_with_reference("whiten", wrong, SETTINGS, seeds=(0, 1), lang="zh",
+                                           model=tiny_model(), tokenizer=TOK, reward_fn=count_ones)
+    assert set(runs["seed"]) == {0, 1} and len(runs) == 2 * 2 * (SETTINGS["steps"] + 1)
+    reference = runs[runs["run"] == "reference"]
+    rewards = [reference[reference["seed"] == seed]["reward_mean"].tolist() for seed in (0, 1)]
+    assert rewards[0] != rewards[1]  # the seeds give different runs: there is a spread to show
+    shown = capsys.readouterr().out
+    assert "2 个随机种子下的最终值" in shown and "+-" in shown and "单种子" not in shown
+    table = training.spread_over_seeds(runs)
+    assert list(table.index) == ["yours", "reference"] and table["reward_mean"].str.contains(r"\(n=2\)").all()
+    finals = reference.groupby("seed")["reward_mean"].last()
+    assert table.loc["reference", "reward_mean"].startswith(f"{finals.mean():.3f} "
+                                                            f"+- {finals.std(ddof=1):.3f}")
+    fig = training.plot_comparison(runs, algo="ppo")
+    assert fig.axes[0].collections  # the band from the lowest to the highest seed

@@ -12,6 +12,7 @@ import torch
 
 from rlhf_lab import exercises
 from rlhf_lab.exercises.coding import FixedWidthInt, OperationBudgetExceeded
+from rlhf_lab.exercises.core import raises_where_reference_returns
 
 EXERCISES = list(exercises.EXERCISES.values())
 MISTAKES = [(e, m) for e in EXERCISES for m in e.mistakes]
@@ -46,11 +47,45 @@ def flat(value) -> torch.Tensor:
 
 @pytest.mark.parametrize("exercise,mistake", MISTAKES, ids=lambda x: getattr(x, "name", None))
 def test_each_catalogued_mistake_is_named(exercise, mistake):
-    result = exercise.check(mistake.variant)
-    assert not result.passed
-    assert result.certain and mistake.name in result.mistake_names, str(result)
-    text = str(result)
-    assert text.startswith("FAIL") and f"[{mistake.name}]" in text and mistake.message in text
+    for form in mistake.all_forms:  # every way of writing the mistake that the catalogue knows
+        result = exercise.check(form)
+        assert not result.passed
+        assert result.certain and mistake.name in result.mistake_names, str(result)
+        text = result.text("en")
+        assert text.startswith("FAIL") and f"[{mistake.name}]" in text and mistake.message in text
+        chinese = result.text("zh")
+        assert chinese.startswith("未通过") and f"[{mistake.name}]" in chinese and mistake.zh in chinese
+
+
+@pytest.mark.parametrize("exercise,mistake", MISTAKES, ids=lambda x: getattr(x, "name", None))
+def test_no_catalogued_variant_raises_where_the_reference_returns(exercise, mistake):
+    # a variant that raises for a reason of its own (not the mistake's OverflowError, say) is never
+    # named: a learner who makes the mistake does not raise that error
+    assert raises_where_reference_returns(exercise, mistake) == []
+
+
+def _top_k_drops_ties_as_first_catalogued(scores, temperature, top_k, top_p):
+    """The catalogue's first version of top_k_drops_ties: `argsort(-1, ..., stable=True)` passes dim by
+    position, which torch refuses once stable= is given (TypeError), so the mistake could never be named."""
+    tempered = scores / temperature
+    if top_k:
+        order = tempered.argsort(-1, descending=True, stable=True)
+        keep = torch.zeros_like(tempered, dtype=torch.bool).scatter(1, order[:, :top_k], True)
+        tempered = tempered.masked_fill(~keep, float("-inf"))
+    return tempered
+
+
+def test_the_catalogue_check_catches_a_variant_that_raises():
+    exercise = exercises.get("filter_logits")
+    broken = exercises.Mistake("top_k_drops_ties", "-", _top_k_drops_ties_as_first_catalogued)
+    problems = raises_where_reference_returns(exercise, broken)
+    assert problems and all("TypeError" in p for p in problems)
+    # and such a variant "matches" any learner whose code raises TypeError: the old false positive
+    def filter_logits(scores, temperature, top_k, top_p):
+        return scores.topk()  # a TypeError of the learner's own
+
+    learner_with_a_typo = exercises.check("filter_logits", filter_logits)
+    assert "top_k_drops_ties" not in learner_with_a_typo.mistake_names
 
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.name)
@@ -68,10 +103,12 @@ def test_exercise_has_what_a_learner_needs(exercise):
     assert repr(exercise.make_cases(0)) != repr(exercise.make_cases(1))
 
 
-def test_unknown_mistake_falls_back_to_the_first_failing_case():
+def test_unknown_mistake_falls_back_to_the_smallest_failing_case():
     result = exercises.check("cohen_kappa", lambda labels_a, labels_b: 0.25)
     assert not result.passed and not result.mistakes
-    assert "No catalogued mistake matches" in str(result) and "First failing case" in str(result)
+    text = str(result)
+    assert "No catalogued mistake matches" in text and "Smallest failing case 'p_e = 1: undefined'" in text
+    assert "cohen_kappa(labels_a=[1, 1, 1], labels_b=[1, 1, 1])" in text
 
 
 def test_a_raising_function_is_reported_not_propagated():
@@ -114,6 +151,9 @@ def test_helpers_name_the_bad_value():
     with pytest.raises(ValueError, match="number must be in"):
         exercises.hint("cohen_kappa", 99)
     assert exercises.hint("cohen_kappa", 1).startswith("Hint 1/")
+    assert exercises.hint("cohen_kappa", 1, lang="zh").startswith("提示 1/")
+    with pytest.raises(ValueError, match="lang must be one of"):
+        exercises.hint("cohen_kappa", 1, lang="fr")
     assert "def cohen_kappa" in exercises.solution("cohen_kappa")
     table = exercises.list_exercises()
     assert set(table["name"]) == set(exercises.EXERCISES)

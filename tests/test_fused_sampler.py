@@ -1,12 +1,17 @@
-"""The fused sampler (temperature, top-k, top-p and the draw on top-k's survivors) against the chain of
-`process_logits` + `sample_next_token`, and the fast Exp(1) draw against `exponential_`."""
+"""The fused sampler of sampling/fast.py (temperature, top-k, top-p and the draw on top-k's survivors)
+against the plain chain of `process_logits` + `sample_next_token`, and the fast Exp(1) draw against
+`exponential_`."""
 
 import pytest
 import torch
 
 from rlhf_lab.sampling import SamplingConfig, generate, process_logits, sample_next_token
-from rlhf_lab.sampling.fused import fused_sampler_applies, sample_fused
-from rlhf_lab.sampling.processors import exponential_like, uniform_gives_exponential
+from rlhf_lab.sampling.fast import (
+    exponential_like,
+    fused_sampler_applies,
+    sample_fused,
+    uniform_gives_exponential,
+)
 
 EPS = torch.finfo(torch.float32).eps
 

@@ -13,10 +13,18 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from tools.prose_check import ALLOWED, check_notebook, main, prose_numbers
+from tools.prose_check import (
+    ALLOWED,
+    check_notebook,
+    main,
+    printed_run_time,
+    prose_numbers,
+    run_time_findings,
+    stated_full_mode_times,
+)
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
-NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]*_*.ipynb"))
 
 
 def code(source: str = "pass", stdout: str | None = None, result: str | None = None, html: str | None = None):
@@ -48,10 +56,13 @@ def unmatched(*cells) -> list[str]:
 
 def test_the_first_cell_is_checked_against_the_whole_notebook():
     first = new_markdown_cell("Run time: full mode 290 s.")
-    later = new_code_cell("print(290)", outputs=[nbformat.v4.new_output("stream", name="stdout", text="run time 290 s\n")])
+    later = new_code_cell("print(290)",
+                          outputs=[nbformat.v4.new_output("stream", name="stdout", text="run time 290 s\n")])
     assert check_notebook(new_notebook(cells=[first, later]), "t.ipynb") == []
     wrong = new_markdown_cell("Run time: full mode 310 s.")
-    assert [f.number for f in check_notebook(new_notebook(cells=[wrong, later]), "t.ipynb")] == ["310 s"]
+    # reported twice: as the run time the last cell does not print, and as a number no output supports
+    findings = check_notebook(new_notebook(cells=[wrong, later]), "t.ipynb")
+    assert [f.number for f in findings] == ["310 s", "310 s"]
 
 
 def stated(text: str) -> list[str]:
@@ -62,7 +73,8 @@ def stated(text: str) -> list[str]:
 
 
 def test_decimals_percentages_scientific_multipliers_and_units_are_stated():
-    text = "0.535 and 1.24; 28% and 0.8% and 3 percent; -1.40e-08 and 3.6e-07; 12x and 4×; 12 s, 290 s, 1.6 min"
+    text = ("0.535 and 1.24; 28% and 0.8% and 3 percent; -1.40e-08 and 3.6e-07; 12x and 4×; "
+            "12 s, 290 s, 1.6 min")
     assert stated(text) == ["0.535", "1.24", "28%", "0.8%", "3 percent", "1.40e-08", "3.6e-07", "12x", "4×",
                             "12 s", "290 s", "1.6 min"]
     assert stated("15.6 s, 1504 KiB, 42 MB, 512 B, 2 GiB, 3 minutes, 15ms") == [
@@ -72,7 +84,8 @@ def test_decimals_percentages_scientific_multipliers_and_units_are_stated():
 
 
 def test_plain_integers_names_versions_and_references_are_not_stated():
-    text = ("## 3.1 Setup\n\n1. First, Q19 with 32 prompts in notebook 04 (2024), 4,971 problems, 96k parameters.\n"
+    text = ("## 3.1 Setup\n\n1. First, Q19 with 32 prompts in notebook 04 (2024), 4,971 problems, "
+            "96k parameters.\n"
             "2. See section 3.2, §4.1, Eq. 2.3, Figure 1.2 and Table 2.1; arXiv 2402.03300 and 2309.06180.\n"
             "torch 2.13.0+cpu, transformers 5.24, torch>=2.2, v0.6; Llama 3.1, Qwen2.5-1.5B, Llama-3.1-8B, "
             "GPT-3.5, fp16, GRPO 2x2, 32 x 4096 tokens, the 1990s, 12s.")
@@ -81,7 +94,8 @@ def test_plain_integers_names_versions_and_references_are_not_stated():
 
 def test_latex_code_urls_and_html_are_ignored():
     text = ("$\\epsilon = 0.37$ and $$x = 0.91$$ and \\(0.44\\) and `lr=0.3` and\n```python\ny = 0.9\n```\n"
-            "[a link](https://example.com/0.7) https://example.com/v1.5 ![img](fig_0.8.png) <img width=\"0.6\">"
+            "[a link](https://example.com/0.7) https://example.com/v1.5 ![img](fig_0.8.png) "
+            "<img width=\"0.6\">"
             "<!-- 0.123 -->")
     assert stated(text) == []
     assert stated("between $a$ and $b$ lies 0.25") == ["0.25"]  # LaTeX does not swallow the prose after it
@@ -101,7 +115,8 @@ def test_thousands_separators_and_signs():
     (n,) = prose_numbers("a loss of -4,971.5")
     assert n.text == "4,971.5" and n.value == Decimal("4971.5")
     assert unmatched(code(stdout="loss -4971.52"), md("a loss of 4,971.5 and a change of -0.12")) == ["0.12"]
-    assert unmatched(code(stdout="change -0.12 and 1.40e-08"), md("a change of 0.12 (1.4e-08 in the cell)")) == []
+    assert unmatched(code(stdout="change -0.12 and 1.40e-08"),
+                     md("a change of 0.12 (1.4e-08 in the cell)")) == []
 
 
 # --- matching ---------------------------------------------------------------------------------------
@@ -124,7 +139,8 @@ def test_numbers_must_come_from_outputs_above_not_below():
 
 def test_percentages_match_fractions_and_printed_percentages():
     above = code(stdout="accuracy 0.283, clipped 12.5%, small 0.0083", result="acc (%)  41.7")
-    assert unmatched(above, md("28.3% and 28% right, 12.5% (0.125) clipped, 0.8% small, 41.7% in the table")) == []
+    assert unmatched(above, md("28.3% and 28% right, 12.5% (0.125) clipped, 0.8% small, "
+                               "41.7% in the table")) == []
     assert unmatched(above, md("29% and 14%")) == ["29%", "14%"]
 
 
@@ -145,7 +161,8 @@ def test_units_round_convert_within_their_family_and_need_outputs():
 
 
 def test_settings_in_code_count_above_and_in_the_cell_the_text_introduces():
-    assert unmatched(code("config = make_config(learning_rate=2e-4, beta=0.04)"), md("at learning rate 2e-4")) == []
+    assert unmatched(code("config = make_config(learning_rate=2e-4, beta=0.04)"),
+                     md("at learning rate 2e-4")) == []
     assert unmatched(md("we train at learning rate 3e-3:"), code("train(learning_rate=3e-3)")) == []
     assert unmatched(md("the 5-95 % band:"), code("q = x.quantile(torch.tensor([0.05, 0.95]))")) == []
     # only the first code cell after the text, and only its source
@@ -156,7 +173,8 @@ def test_settings_in_code_count_above_and_in_the_cell_the_text_introduces():
 
 def test_tables_in_html_outputs_count():
     html = "<table><tr><td>0.9062</td><td>55.7</td></tr></table>"
-    assert unmatched(code(result="<pandas.io.formats.style.Styler>", html=html), md("0.906 after 55.7 s")) == []
+    assert unmatched(code(result="<pandas.io.formats.style.Styler>", html=html),
+                     md("0.906 after 55.7 s")) == []
 
 
 def test_cell_metadata_allows_quoted_numbers_exactly():
@@ -190,7 +208,87 @@ def test_cli_reports_and_exits_1(tmp_path, capsys):
     assert f"{path}: 1 unsupported number(s)" in out and f"{clean}: 0 unsupported number(s)" in out
 
 
+# --- the full-mode run time: the first cell states it, the last cell prints it ------------------------
+
+
+def timed(intro: str, printed: str | None, *middle):
+    """A notebook: the introduction, `middle` cells, and a last code cell that prints `printed`."""
+    last = code('print(f"notebook run time: {elapsed:.0f} s")', stdout=printed)
+    return new_notebook(cells=[new_markdown_cell(intro), *middle, last])
+
+
+def run_time_numbers(nb) -> list[str]:
+    return [f.number for f in run_time_findings(nb, "t.ipynb")]
+
+
+def test_the_stated_full_mode_time_must_be_the_printed_one():
+    """The blind spot of the number check: 01_sampling said "32 s in full mode" while its last cell printed
+    20 s, and passed because a 32 was printed elsewhere."""
+    intro = "**Run time**: about 11 s in FAST mode and 32 s in full mode (the last cell prints it)."
+    elsewhere = code("pass", stdout="32 prompts; FAST mode took 11 s\n")
+    nb = timed(intro, "notebook run time: 20 s (FAST = False)\n", elsewhere)
+    assert [f.number for f in check_notebook(nb, "t.ipynb") if f.cell == 0] == ["32 s"]
+    (finding,) = run_time_findings(nb, "t.ipynb")
+    assert "prints 20 s" in finding.context and "[32 s] in full mode" in finding.context
+    assert run_time_numbers(timed(intro, "notebook run time: 32 s (FAST = False)\n", elsewhere)) == []
+
+
+@pytest.mark.parametrize("intro, printed", [
+    ("about 40 s in FAST mode; 276 s in full\nmode on the committed run, 209 s of training (0.23 s per step)",
+     "notebook run time: 276 s"),
+    ("on a 2-core CPU about 20 s in full mode and about 19 s in FAST mode",
+     "notebook run time: 20.2 s (FAST = False)"),
+    ("FAST mode (`RLHF_LAB_FAST=1`) 15 s; full mode (nine SFT runs of 800 steps: three seeds) 331 s.",
+     "notebook run time: 331 s"),
+    ("full mode about\n6 minutes (339 s; two dozen short runs); FAST mode about 23 s",
+     "notebook run time: 339 s"),
+    ("about 3 minutes in full mode (the committed run: 180 s of execution)", "notebook run time: 180 s"),
+    ("full mode 432 s (about 7 minutes) on the committed run (55 s of training for each of six runs)",
+     "notebook run time: 432 s"),
+    ("full mode 170 s, about 3 minutes, while other jobs ran", "notebook run time: 170 s (FAST = False)"),
+    ("full mode 1137 s (the last cell), FAST\nmode 43 s", "run time: 1137 s (full mode)"),
+    ("FAST mode (a smoke test)\n19 s and full mode 242 s", "notebook run time: 242 s"),
+    ("about 5 minutes in full mode on a laptop CPU; about 1 minute in FAST mode", "notebook run time: 281 s"),
+], ids=["00", "02", "04", "05", "07", "09", "12", "13", "15", "minutes"])
+def test_how_the_notebooks_state_their_run_time_is_read(intro, printed):
+    nb = timed("**Run time**: " + intro + ".", printed + "\n")
+    assert stated_full_mode_times(nb.cells[0].source), "no full-mode time found"
+    assert run_time_numbers(nb) == []
+    # the same statement against a time a third longer is reported, every full-mode time in it
+    seconds = float(printed_run_time(nb)[1].seconds)
+    wrong = timed(nb.cells[0].source, f"notebook run time: {seconds * 4 / 3:.0f} s\n")
+    assert run_time_numbers(wrong) == [t.text for t in stated_full_mode_times(nb.cells[0].source)]
+
+
+def test_fast_times_are_not_full_mode_times_and_a_missing_statement_is_reported():
+    intro = "**Run time**: about 11 s in FAST mode and 20 s in full mode."
+    assert [t.text for t in stated_full_mode_times(intro)] == ["20 s"]
+    # a committed FAST-mode run, or a last cell that prints no time, cannot support a full-mode statement
+    assert run_time_numbers(timed(intro, "notebook run time: 11 s (FAST = True)\n")) == ["20 s"]
+    assert run_time_numbers(timed(intro, "done\n")) == ["20 s"]
+    # the last cell prints a run time, the first cell states none in full mode
+    assert run_time_numbers(timed("**Run time**: a few minutes.", "notebook run time: 20 s\n")) == ["(none)"]
+    # nothing stated, nothing printed: nothing to check
+    assert run_time_numbers(timed("# A notebook", None)) == []
+
+
 # --- the committed notebooks ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_checker_reports_a_planted_wrong_run_time(path):
+    """Each committed notebook's run-time statement, made a third too long, is reported."""
+    nb = nbformat.read(path, as_version=4)
+    stated = stated_full_mode_times(nb.cells[0].source)
+    if not stated:
+        pytest.skip(f"{path.name} states no full-mode run time")
+    before = {(f.cell, f.number) for f in run_time_findings(nb, path.name)}
+    time = stated[0]
+    planted = f"{float(time.seconds) * 4 / 3:.0f} s"
+    copy = deepcopy(nb)
+    copy.cells[0].source = nb.cells[0].source[: time.start] + planted + nb.cells[0].source[time.end :]
+    after = {(f.cell, f.number) for f in run_time_findings(copy, path.name)}
+    assert (0, planted) in after and (0, planted) not in before
 
 
 def _planted(nb):
@@ -240,8 +338,8 @@ def test_prose_numbers_come_from_committed_outputs(path):
     rewriting the text from the output, or, for a number quoted from a paper, by cell metadata
     {"prose_check": {"allow": [...], "reason": "..."}}."""
     findings = check_notebook(nbformat.read(path, as_version=4), path.name)
-    assert not findings, f"{len(findings)} number(s) in the prose of {path.name} that no output above supports:\n" + (
-        "\n".join(f"  {f}" for f in findings))
+    assert not findings, (f"{len(findings)} number(s) in the prose of {path.name} that no output above "
+                          "supports:\n" + "\n".join(f"  {f}" for f in findings))
 
 
 # Printed source: cells that show the package's code with `inspect.getsource` keep what they printed
@@ -267,7 +365,8 @@ def printed_blocks(text: str) -> list[str]:
         i += 1
         while i < len(lines) and (not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > indent
                                   or lines[i].lstrip().startswith(")")):
-            if not lines[i - 1].strip() and lines[i].lstrip().startswith(("def ", "class ", "async def ", "@")):
+            new_definition = lines[i].lstrip().startswith(("def ", "class ", "async def ", "@"))
+            if not lines[i - 1].strip() and new_definition:
                 break  # after a blank line, a new definition: the next printed block (or a nested one)
             i += 1
         block = "\n".join(lines[start:i]).rstrip()
@@ -285,10 +384,12 @@ def source_printed_by(path: Path) -> list[str]:
 def test_printed_blocks_are_found_and_a_changed_line_is_not_in_the_package():
     blocks = [block for path in NOTEBOOKS for block in source_printed_by(path)]
     assert len(blocks) >= 10, "expected the notebooks to print the package's code in several places"
-    text = ("note\ndef f(x):\n    return x\n\n    # inside\nprint me\n    @property\n    def g(\n        self,\n"
+    text = ("note\ndef f(x):\n    return x\n\n    # inside\nprint me\n    @property\n    def g(\n"
+            "        self,\n"
             "    ) -> int:\n        return 1\n\n    def h(self):\n        pass\n")
     assert printed_blocks(text) == ["def f(x):\n    return x\n\n    # inside",
-                                    "    @property\n    def g(\n        self,\n    ) -> int:\n        return 1",
+                                    "    @property\n    def g(\n        self,\n    ) -> int:\n"
+                                    "        return 1",
                                     "    def h(self):\n        pass"]
     changed = blocks[0].replace("\n", "\n# a line the package does not have\n", 1)
     assert changed not in PACKAGE_SOURCE
@@ -296,6 +397,7 @@ def test_printed_blocks_are_found_and_a_changed_line_is_not_in_the_package():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_printed_source_is_the_package_source(path):
-    stale = [block.splitlines()[0].strip() for block in source_printed_by(path) if block not in PACKAGE_SOURCE]
+    stale = [block.splitlines()[0].strip() for block in source_printed_by(path)
+             if block not in PACKAGE_SOURCE]
     assert not stale, (f"{path.name} prints code the package no longer has ({stale}): re-run the notebook "
                        "(python -m tools.notebook_runner) and check the prose around it")

@@ -29,14 +29,14 @@ from tools.notebook_runner import (
 )
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
-NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]*_*.ipynb"))
 
 
 def test_notebooks_are_discovered():
     assert NOTEBOOKS, "no notebooks found"
     names = [p.name for p in NOTEBOOKS]
     assert names == sorted(names)
-    assert len({n[:2] for n in names}) == len(names), "two notebooks share a number"
+    assert len({n.split("_")[0] for n in names}) == len(names), "two notebooks share a number"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

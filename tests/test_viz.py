@@ -132,7 +132,9 @@ def tiny_model():
 
 
 def texts_of(fig: Figure) -> str:
-    return " | ".join(t.get_text() for ax in fig.axes for t in [ax.title, *ax.texts])
+    """Every title, note and annotation of a figure, the line under the panels included."""
+    return " | ".join([*(t.get_text() for ax in fig.axes for t in [ax.title, *ax.texts]),
+                       *(t.get_text() for t in fig.texts)])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -152,33 +154,34 @@ def test_dashboard_writes_pngs_in_a_script(tmp_path):
     assert (tmp_path / "dashboard.png").read_bytes() == (tmp_path / "step_000001.png").read_bytes()
 
 
+@pytest.mark.parametrize("view", ["main", "full"])
 @pytest.mark.parametrize(
     "config, num_generations, on_policy",
     [(GRPO, 4, False), (GSPO, 4, False), (PPO, 1, False), (REINFORCE, 4, True)],
     ids=["grpo", "gspo", "ppo", "reinforce-on-policy"],
 )
-def test_dashboard_draws_every_algorithm(tmp_path, monkeypatch, config, num_generations, on_policy):
-    dash = LiveDashboard(refresh_every=100, png_dir=tmp_path, raise_errors=True)
+def test_dashboard_draws_every_algorithm(tmp_path, monkeypatch, config, num_generations, on_policy, view):
+    dash = LiveDashboard(refresh_every=100, png_dir=tmp_path, raise_errors=True, view=view)
     published = []
     monkeypatch.setattr(dash, "_publish", published.append)  # render once, below, to keep the test fast
     trainer = FakeTrainer(config, fake_history(4))
     trainer.run(dash, lambda step: fake_distributions(step, num_generations, on_policy=on_policy))
     assert published == [0, 4] and dash.last_error is None  # begin and end
     assert figure_png(dash.figure)[:4] == b"\x89PNG"
-    assert len(dash.figure.axes) == 12
+    assert len(dash.figure.axes) == (6 if view == "main" else 12)
     assert dash.figure.get_suptitle().startswith(f"{config.algo.upper()}: step 4")
     # every line of the curves is in the algorithm's colour
     colors = {to_hex(line.get_color()) for line in dash.axes["kl"].lines}
     assert colors == {ALGO_COLORS[config.algo]}
     text = texts_of(dash.figure)
     assert ("no groups" in text) == (num_generations == 1)
-    assert ("exactly 1" in text) == on_policy
+    assert ("exactly 1" in text) == on_policy  # a panel's note (full) or the line under the panels (main)
     assert ("does not clip" in text) == (config is REINFORCE)
 
 
 def test_dashboard_panels_show_what_the_step_did(tmp_path, monkeypatch):
     trainer = FakeTrainer(GRPO, fake_history(2))
-    dash = LiveDashboard(refresh_every=100, png_dir=tmp_path, raise_errors=True)
+    dash = LiveDashboard(refresh_every=100, png_dir=tmp_path, raise_errors=True, view="full")
     monkeypatch.setattr(dash, "_publish", lambda step: None)  # the panels' artists are what we check
     trainer.run(dash, lambda step: fake_distributions(step, 4))
     groups = dash.axes["groups"]
@@ -201,7 +204,8 @@ def test_dashboard_copes_with_nan_columns_and_no_distributions(tmp_path, monkeyp
     assert "waiting for the first step" in dash.figure.get_suptitle()
     figure_png(dash.figure)
     dash.on_train_begin(SimpleNamespace(history=fake_history(0), config=None))  # only eval_accuracy
-    assert dash.figure.get_suptitle() == "RUN: step 0   |   0.0 s of training   |   held-out accuracy 10.0%"
+    assert dash.figure.get_suptitle() == (
+        "RUN: step 0   |   0.0 s of training   |   held-out accuracy 10.0% at step 0")
     # rows whose KL and clip columns are all NaN, and no distributions at all
     nan_columns = ("kl_k1", "kl_k3", "clip_frac_low", "clip_frac_high")
     trainer = FakeTrainer(PPO, fake_history(3, nan_columns=nan_columns))
@@ -300,7 +304,8 @@ def test_sft_run_draws_the_sft_dashboard_in_png_mode(tmp_path, tiny_model):
     history = trainer.train()
     assert dash.last_error is None and dash.kind == "sft"
     # begin, every 2 steps while training (2, 4, 6), end
-    assert len(dash.draw_times) == 5, f"expected 5 draws, got {len(dash.draw_times)}: is on_step_end redrawing?"
+    assert len(dash.draw_times) == 5, (
+        f"expected 5 draws, got {len(dash.draw_times)}: is on_step_end redrawing?")
     assert sorted(p.name for p in tmp_path.glob("step_*.png")) == [
         "step_000000.png", "step_000002.png", "step_000004.png", "step_000006.png"]
     assert (tmp_path / "dashboard.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -335,7 +340,8 @@ def test_sft_dashboard_draws_a_last_frame_when_interrupted(tmp_path, monkeypatch
 
 
 def test_dashboard_kind_and_switching_panels(tmp_path, monkeypatch):
-    sft_history = pd.DataFrame({"step": [0, 1, 2], "loss": [math.nan, 3.0, 2.5], "eval_accuracy": [0.0, math.nan, 0.1]})
+    sft_history = pd.DataFrame({"step": [0, 1, 2], "loss": [math.nan, 3.0, 2.5],
+                                "eval_accuracy": [0.0, math.nan, 0.1]})
     assert dashboard_kind(SimpleNamespace(dashboard_kind="sft")) == "sft"
     assert dashboard_kind(history=sft_history) == "sft"
     assert dashboard_kind(history=fake_history(2)) == "rl"
@@ -346,11 +352,13 @@ def test_dashboard_kind_and_switching_panels(tmp_path, monkeypatch):
     dash = LiveDashboard(refresh_every=100, png_dir=tmp_path, raise_errors=True)
     monkeypatch.setattr(dash, "_publish", lambda step: None)
     dash.draw(SimpleNamespace(history=sft_history, config=None))
-    assert dash.kind == "sft" and len(dash.figure.axes) == 6 and dash.figure.get_suptitle().startswith("SFT: step 2")
+    assert dash.kind == "sft" and len(dash.figure.axes) == 6
+    assert dash.figure.get_suptitle().startswith("SFT: step 2")
     FakeTrainer(GRPO, fake_history(2)).run(dash, lambda step: None)
-    assert dash.kind == "rl" and len(dash.figure.axes) == 12 and set(dash.axes) >= {"kl", "groups"}
+    assert dash.kind == "rl" and len(dash.figure.axes) == 6 and set(dash.axes) >= {"kl", "groups"}
     fig = plot_dashboard(sft_history)
-    assert len(fig.axes) == 6 and [ax.get_title() for ax in fig.axes][1].startswith("held-out greedy accuracy: 10.0%")
+    assert len(fig.axes) == 6 and [ax.get_title() for ax in fig.axes][1] == (
+        "Held-out accuracy (greedy)\n10.0% at the last evaluation")
     plt.close(fig)
 
 
@@ -392,9 +400,9 @@ def test_plot_history_title_colours_and_sft_defaults():
     runs = {f"grpo eps={eps}": fake_history(4) for eps in (0.1, 0.2, 0.3)}
     fig = plot_history(runs, metrics=["reward_mean", "eval_accuracy"], title="epsilon sweep")
     assert fig.get_suptitle() == "epsilon sweep"
-    # by default every GRPO run is GRPO's colour; a colormap tells runs of one algorithm apart
-    assert {to_hex(line.get_color()) for line in fig.axes[0].lines if line.get_label().startswith("grpo")} == {
-        ALGO_COLORS["grpo"]}
+    # by default the first GRPO run is GRPO's colour and the others shades of it, never the same colour
+    colours = [to_hex(line.get_color()) for line in fig.axes[0].lines if line.get_label().startswith("grpo")]
+    assert colours[0] == ALGO_COLORS["grpo"] and len(set(colours)) == 3
     plt.close(fig)
     fig = plot_history(runs, metrics=["reward_mean", "eval_accuracy"], colors="viridis")
     labelled = [line for line in fig.axes[0].lines if line.get_label().startswith("grpo")]
@@ -406,10 +414,12 @@ def test_plot_history_title_colours_and_sft_defaults():
     plt.close(fig)
     with pytest.raises(ValueError, match="colors"):
         plot_history(runs, metrics=["reward_mean"], colors="no-such-colormap")
-    sft_history = pd.DataFrame({"step": [0, 1, 2], "loss": [math.nan, 3.0, 2.5], "eval_accuracy": [0.0, math.nan, 0.1],
+    sft_history = pd.DataFrame({"step": [0, 1, 2], "loss": [math.nan, 3.0, 2.5],
+                                "eval_accuracy": [0.0, math.nan, 0.1],
                                 "lr": [math.nan, 1e-3, 2e-3], "grad_norm": [math.nan, 1.0, 0.5]})
     fig = plot_history({"sft": sft_history})
-    assert [ax.get_title() for ax in fig.axes] == ["loss", "eval_accuracy", "lr", "grad_norm"]
+    assert [ax.get_title() for ax in fig.axes] == ["Training loss", "Held-out accuracy (greedy)",
+                                                   "Learning rate", "Gradient norm"]
     plt.close(fig)
 
 
@@ -435,7 +445,10 @@ def test_plot_history_compares_algorithms_with_their_colours():
 
 def test_plot_dashboard_and_save_training_plots(tmp_path):
     fig = plot_dashboard(fake_history(3), [fake_distributions(3, 4)], GSPO)
-    assert len(fig.axes) == 12
+    assert len(fig.axes) == 6
+    assert len(plot_dashboard(fake_history(3), [fake_distributions(3, 4)], GSPO, view="full").axes) == 12
+    with pytest.raises(ValueError, match="view must be one of"):
+        plot_dashboard(fake_history(3), view="everything")
     plt.close(fig)
     paths = save_training_plots(fake_history(3), None, tmp_path / "plots", config=GRPO)
     assert [p.name for p in paths] == ["curves.png", "dashboard.png"]
@@ -580,3 +593,254 @@ def test_on_policy_ratio_note_sits_above_its_bar():
     (bar,) = ax.patches
     bar_box = bar.get_window_extent(renderer)
     assert note_box.y0 > bar_box.y1, "the note overlaps the bar (it was hidden behind it)"
+
+
+# ----------------------------------------------------------------------------------------------
+# a dashboard a learner can read: six panels, 9-pt type, titles in words, notes for idle panels
+
+
+def visible_texts(fig: Figure):
+    """The Text artists a reader sees: the figure's title and notes, and per axes its title, notes,
+    annotations, axis labels and tick labels (those only where the axes is drawn)."""
+    texts = list(fig.texts)  # the title (suptitle) and the line under the panels
+    for ax in fig.axes:
+        texts += [ax.title, *ax.texts]
+        if ax.axison:
+            (x0, x1), (y0, y1) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
+            texts += [ax.xaxis.label, ax.yaxis.label]
+            # only the ticks in view: matplotlib keeps labels for ticks outside it, undrawn
+            texts += [t for t in ax.get_xticklabels() if x0 <= t.get_position()[0] <= x1]
+            texts += [t for t in ax.get_yticklabels() if y0 <= t.get_position()[1] <= y1]
+    return [t for t in texts if t.get_visible() and t.get_text().strip()]
+
+
+def on_policy_run(steps: int = 60, spike_at: int | None = None):
+    """A history like 00_welcome's GRPO run: on-policy, nothing clipped or truncated, k3 about 0.01 nats per
+    token with, optionally, one spike of 48 nats per token."""
+    history = fake_history(steps)
+    rng = np.random.default_rng(1)
+    for name in ("clip_frac", "clip_frac_low", "clip_frac_high", "truncation_rate"):
+        history.loc[1:, name] = 0.0
+    history.loc[1:, "kl_k1"] = 0.01 + 0.002 * rng.standard_normal(steps)
+    history.loc[1:, "kl_k3"] = 0.01 + 0.002 * np.abs(rng.standard_normal(steps))
+    if spike_at is not None:
+        history.loc[spike_at, "kl_k3"] = 48.0
+    return history
+
+
+ON_POLICY_GRPO = SimpleNamespace(algo="grpo", eps_low=0.2, eps_high=0.2, on_policy=True, clip=True)
+
+
+@pytest.mark.parametrize("view, figsize", [("main", None), ("full", None), ("full", (13, 8))])
+def test_dashboard_type_is_at_least_9_points_and_titles_fit(view, figsize):
+    """9 pt or more everywhere; every title inside the figure and clear of its neighbours' (a cut title,
+    "update (hatc", was the time panel's at figsize=(13, 8), which notebooks 05 and 06 use)."""
+    history = on_policy_run(400, spike_at=330)  # and its label on the KL panel
+    history.loc[1:, "truncation_rate"] = 0.1  # every panel drawn, none an idle note
+    fig = plot_dashboard(history, [fake_distributions(400, 4)], GRPO, view=view, figsize=figsize)
+    fig.canvas.draw()
+    sizes = {t.get_text(): t.get_fontsize() for t in visible_texts(fig)}
+    small = {text: size for text, size in sizes.items() if size < 9}
+    assert not small, f"text below 9 pt: {small}"
+    renderer = fig.canvas.get_renderer()
+    page = fig.bbox
+    titles = [ax.title for ax in fig.axes]
+    boxes = [title.get_window_extent(renderer) for title in titles]
+    for title, box in zip(titles, boxes):
+        assert page.x0 - 1 <= box.x0 and box.x1 <= page.x1 + 1, (
+            f"title cut at the figure's edge: {title.get_text()!r}")
+    for text in visible_texts(fig):  # the title, the line under the panels, notes and labels
+        box = text.get_window_extent(renderer)
+        inside = (page.x0 - 1 <= box.x0 and box.x1 <= page.x1 + 1
+                  and page.y0 - 1 <= box.y0 and box.y1 <= page.y1 + 1)
+        assert inside, f"text runs off the figure: {text.get_text()!r}"
+    for i, a in enumerate(boxes):
+        for j, b in enumerate(boxes[i + 1:], i + 1):
+            assert not a.overlaps(b), f"titles overlap: {titles[i].get_text()!r} and {titles[j].get_text()!r}"
+    plt.close(fig)
+
+
+def test_main_view_is_six_panels_in_words_and_full_view_twelve():
+    from rlhf_lab.viz import DASHBOARD_PANELS, MAIN_PANELS, dashboard_panels
+
+    assert dashboard_panels("rl") == MAIN_PANELS and dashboard_panels("rl", "full") == DASHBOARD_PANELS
+    assert [name for row in MAIN_PANELS for name in row] == ["reward", "accuracy", "kl", "entropy",
+                                                             "advantages", "groups"]
+    assert dashboard_panels("sft", "full") == SFT_DASHBOARD_PANELS  # SFT and DPO have six in both views
+    fig = plot_dashboard(on_policy_run(), [fake_distributions(60, 4, on_policy=True)], ON_POLICY_GRPO)
+    assert len(fig.axes) == 6
+    raw_names = set(METRIC_COLUMNS) - {"step", "entropy", "accuracy"}
+    for ax in fig.axes:
+        words = set(ax.get_title().replace("\n", " ").replace(",", " ").split())
+        assert not words & raw_names, f"a raw column name in the title {ax.get_title()!r}"
+    plt.close(fig)
+    with pytest.raises(ValueError, match="view must be one of"):
+        LiveDashboard(view="all")
+
+
+def test_idle_panels_become_one_line_notes():
+    from rlhf_lab.viz import idle_panels
+
+    history, dist = on_policy_run(), fake_distributions(60, 4, on_policy=True)
+    idle = idle_panels(history, [dist], ON_POLICY_GRPO)
+    assert set(idle) == {"clip", "token_ratios", "sequence_ratios", "truncation"}
+    full = plot_dashboard(history, [dist], ON_POLICY_GRPO, view="full")
+    for ax, name in zip(full.axes, [name for row in DASHBOARD_PANELS_FULL for name in row]):
+        if name in idle:
+            assert not ax.axison and not ax.lines and not ax.patches, f"{name}: drawn, although it is idle"
+            (note_text,) = ax.texts
+            assert note_text.get_text().replace("\n", " ") == idle[name]
+        else:
+            assert ax.axison, f"{name} is hidden although it has data"
+    assert footnote(full) == ""  # the full view leaves nothing out
+    plt.close(full)
+    main = plot_dashboard(history, [dist], ON_POLICY_GRPO)
+    line = footnote(main)
+    assert "every importance ratio is exactly 1 and nothing is clipped" in line
+    assert "no answer hit the length budget" in line and 'view="full"' in line
+    plt.close(main)
+    # off-policy, with clipping and truncation: nothing is idle, the line says how much at the last step
+    busy = fake_history(5)
+    assert idle_panels(busy, [fake_distributions(5, 4)], GRPO) == {}
+    main = plot_dashboard(busy, [fake_distributions(5, 4)], GRPO)
+    line = footnote(main)
+    assert f"clipped at the last step: {busy['clip_frac'].iloc[-1]:.1%} of tokens" in line
+    plt.close(main)
+
+
+def footnote(fig: Figure) -> str:
+    """The line under the panels."""
+    (text,) = [t for t in fig.texts if t.get_gid() == "dashboard-note"]
+    return text.get_text()
+
+
+DASHBOARD_PANELS_FULL = (("reward", "accuracy", "kl", "entropy"), ("clip", "length", "truncation", "time"),
+                         ("advantages", "groups", "token_ratios", "sequence_ratios"))
+
+
+def test_isolated_spikes_are_one_or_two_points_not_a_lasting_rise():
+    from rlhf_lab.viz.plots import isolated_spikes
+
+    flat = np.r_[np.full(100, 0.01), 0.0]
+    one = flat.copy()
+    one[33] = 48.0
+    assert np.flatnonzero(isolated_spikes(one)).tolist() == [33]
+    two = one.copy()
+    two[34] = 30.0
+    assert np.flatnonzero(isolated_spikes(two)).tolist() == [33, 34]
+    three = two.copy()
+    three[35] = 30.0
+    assert not isolated_spikes(three).any()  # three steps in a row: a rise the plot must show
+    rising = np.r_[np.full(95, 0.01), [1.0, 2.0, 4.0, 8.0]]
+    assert not isolated_spikes(rising).any()
+    at_end = np.r_[np.full(99, 0.01), 48.0]
+    assert not isolated_spikes(at_end).any()  # the last point may be the start of a blow-up
+    assert not isolated_spikes(np.r_[np.full(10, 0.01), 48.0, 0.01]).any()  # too few points to judge
+    assert not isolated_spikes(np.linspace(0, 1, 200)).any()
+
+
+def test_kl_panel_keeps_its_scale_through_a_spike_and_labels_it():
+    history = on_policy_run(400, spike_at=330)
+    fig = plot_dashboard(history, None, ON_POLICY_GRPO)
+    ax = fig.axes[2]
+    assert ax.get_title().startswith("KL to the reference")
+    top = ax.get_ylim()[1]
+    kl = history[["kl_k1", "kl_k3"]].to_numpy()
+    rest = np.delete(kl[1:], 329, axis=0)  # row 330 holds the spike
+    assert np.nanmax(rest) < top < 0.2, f"the y-range ({top}) does not fit the curve without the spike"
+    (label,) = [t.get_text() for t in ax.texts]
+    assert label == "k3 = 48 at step 330, off the scale"
+    (marker,) = [line for line in ax.lines if line.get_marker() == "v"]
+    assert marker.get_xdata()[0] == 330
+    plt.close(fig)
+    # a KL that keeps rising is drawn whole
+    history.loc[330, "kl_k3"] = 0.01
+    history.loc[390:, "kl_k3"] = np.linspace(1.0, 20.0, 11)
+    fig = plot_dashboard(history, None, ON_POLICY_GRPO)
+    assert fig.axes[2].get_ylim()[1] >= 20.0 and not fig.axes[2].texts
+    plt.close(fig)
+
+
+def test_title_numbers_say_what_they_are():
+    history = fake_history(20)
+    history["wall_time"] = 0.25 * history["step"]
+    history.loc[1:, "step_time"] = 0.25
+    history.loc[11:, "step_time"] = 0.15  # faster lately
+    fig = plot_dashboard(history, None, GRPO)
+    title = fig.get_suptitle()
+    assert "5.0 s of training, 0.25 s/step on average (last 10 steps: 0.15 s/step)" in title
+    assert "held-out accuracy 50.0% at step 20" in title
+    plt.close(fig)
+
+
+def test_dashboard_guide_names_every_main_panel():
+    import IPython.display
+
+    from rlhf_lab.viz import DASHBOARD_GUIDE, dashboard_guide
+
+    guide = dashboard_guide()
+    assert isinstance(guide, IPython.display.Markdown) and guide.data == DASHBOARD_GUIDE
+    fig = plot_dashboard(on_policy_run(), [fake_distributions(60, 4, on_policy=True)], ON_POLICY_GRPO)
+    for ax in fig.axes:  # each panel's name (the first words of its title) has a row in the guide
+        name = ax.get_title().split("\n")[0].split(" (")[0].split(" at step")[0].split(",")[0]
+        assert f"**{name}**" in DASHBOARD_GUIDE, f"the guide has no row for the panel {name!r}"
+    plt.close(fig)
+    for words in ("healthy", "collapse", "spike", 'view="full"'):
+        assert words in DASHBOARD_GUIDE.lower() or words in DASHBOARD_GUIDE
+
+
+# ----------------------------------------------------------------------------------------------
+# colours: two runs on one plot never share one
+
+
+# Notebook 13's Q22 sweep (cell 74): no label names an algorithm, so the old fallback cycled through four
+# colours and "reference (...)" and "lr=2e-3" were both black.
+Q22_LABELS = ["reference (lam=0.95, lr=2e-4)", "lam=0.0", "lam=1.0", "lr=2e-5", "lr=2e-3"]
+
+
+@pytest.mark.parametrize("labels", [
+    Q22_LABELS,
+    ["reference", "no advantage normalisation", "detached ratio", "no KL", "low-precision log-probs",
+     "wrong sign", "no grad clip"],
+    ["grpo", "grpo 2x2", "gspo", "ppo", "rloo", "reinforce"],
+    ["grpo eps=0.1", "grpo eps=0.2", "grpo eps=0.3", "my run", "another run", "ppo"],
+    [f"run {i}" for i in range(40)],
+], ids=["drill-Q22", "drill-Q26", "showdown", "mixed", "forty"])
+def test_runs_on_one_plot_never_share_a_colour(labels):
+    fig = plot_history({label: fake_history(3) for label in labels}, metrics=["reward_mean"])
+    colours = [to_hex(line.get_color()) for line in fig.axes[0].lines]
+    assert len(colours) == len(labels)
+    shared = {c: [label for label, c2 in zip(labels, colours) if c2 == c]
+              for c in colours if colours.count(c) > 1}
+    assert not shared, f"runs share a colour: {shared}"
+    plt.close(fig)
+
+
+def test_run_colors_keeps_algorithm_colours_and_explicit_choices():
+    from rlhf_lab.viz import run_colors
+
+    colours = run_colors(["gspo", "grpo beta=0.04", "grpo beta=0", "baseline"])
+    assert colours[:2] == [ALGO_COLORS["gspo"], ALGO_COLORS["grpo"]]
+    assert colours[2] not in ALGO_COLORS.values() and len(set(colours)) == 4
+    assert colours[3] not in ALGO_COLORS.values()  # a run that names no algorithm never looks like one
+    # a mapping fixes some runs; the rest get colours other than those
+    mapped = run_colors(["a", "b", "c"], {"a": "#000000"})
+    assert mapped[0] == "#000000" and len(set(mapped)) == 3
+    # a list is the caller's choice, cycled (the seeds of one setting may share a colour on purpose)
+    assert run_colors(["a", "b", "c"], ["#111111", "#222222"]) == ["#111111", "#222222", "#111111"]
+
+
+def test_plot_history_titles_are_words_for_every_history_column():
+    from rlhf_lab.preferences.dpo import HISTORY_COLUMNS as DPO_COLUMNS
+    from rlhf_lab.preferences.reward_model import HISTORY_COLUMNS as REWARD_MODEL_COLUMNS
+    from rlhf_lab.sft import HISTORY_COLUMNS as SFT_COLUMNS
+    from rlhf_lab.viz import metric_title
+
+    columns = set(METRIC_COLUMNS) | set(SFT_COLUMNS) | set(DPO_COLUMNS) | set(REWARD_MODEL_COLUMNS)
+    titles = {name: metric_title(name) for name in columns - {"step"}}
+    raw = {name: title for name, title in titles.items() if "_" in title or "/" in title}
+    assert not raw, f"titles that are column names: {raw}"
+    fig = plot_history(fake_history(4), metrics=["clip_frac", "kl_k3", "ratio_max"])
+    assert [ax.get_title() for ax in fig.axes] == ["Clipped tokens", "KL to the reference (k3)",
+                                                   "Largest token importance ratio"]
+    plt.close(fig)

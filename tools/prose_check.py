@@ -61,6 +61,18 @@ Matching (``matches``)
       unit, multipliers and other percentages must come from outputs, since a small integer in the code
       (``range(20)``) says nothing about "20 s".
 
+The full-mode run time (``run_time_findings``)
+    The first cell's full-mode run time must be the time the notebook's last code cell prints
+    (``notebook run time: 20 s``), within the rounding of the written digits: ``32 s`` fails against a
+    printed 20 s even when a 32 is printed elsewhere; ``about 20 s`` passes against 20.2 s, ``about 6
+    minutes`` against 339 s. A statement is a time attached to the words "full mode": ``32 s in full
+    mode``, ``full mode 93 s``, ``full mode about 6 minutes``, ``full mode (two runs of 80 steps) 37 s``;
+    a time written right after it in apposition is checked too (``432 s (about 7 minutes)``, ``170 s,
+    about 3 minutes``). Times attached to "FAST mode" are not (they are allowed by cell metadata, see
+    below). When the last code cell prints a full-mode run time, the first cell must state it in one of
+    these forms; a last cell that prints a FAST-mode time (``FAST = True``) or no time, under a first cell
+    that states one, is reported too.
+
 Allowing a quoted number
     * ``ALLOWED``, a short global list of constants from papers that the prose names everywhere without
       printing them, each with its source. A global entry matches exactly (``0.28`` allows ``0.28`` but
@@ -170,7 +182,8 @@ _MASKS = [
     re.compile(r"^\s{0,3}#{1,6}\s*(?:Q\d+\s*[—–:-]?\s*)?\d+(?:\.\d+)*\.?", re.M),  # heading numbers
     re.compile(r"^[ \t]*(?:[-*+>][ \t]+)*\d{1,3}[.)](?=\s)", re.M),  # ordered-list markers
     re.compile(
-        r"(?<![A-Za-z])(?:(?i:" + _SECTION_WORDS + r")|Q)\s*\d+(?:\.\d+)*(?:\s*(?:,|and|or|-|–|to)\s*\d+(?:\.\d+)*)*"
+        r"(?<![A-Za-z])(?:(?i:" + _SECTION_WORDS + r")|Q)\s*\d+(?:\.\d+)*"
+        r"(?:\s*(?:,|and|or|-|–|to)\s*\d+(?:\.\d+)*)*"
     ),
 ]
 
@@ -241,7 +254,8 @@ def prose_numbers(markdown: str) -> list[ProseNumber]:
         before = masked[m.start() - 1] if m.start() else " "
         before2 = masked[m.start() - 2] if m.start() > 1 else " "
         joined_to_prev = prev_end == m.start() - 1 and before in "-_./"
-        is_name = (before in "-_/" and (before2.isalpha() or before2 == "_")) or (joined_to_prev and prev_name)
+        is_name = ((before in "-_/" and (before2.isalpha() or before2 == "_"))
+                   or (joined_to_prev and prev_name))
         kind, end, scale, unit = None, m.end(), None, ""
         s = _SUFFIX_RE.match(masked, m.end())
         if s:
@@ -274,11 +288,13 @@ def prose_numbers(markdown: str) -> list[ProseNumber]:
         is_int = "." not in m.group("num") and not m.group("exp")
         if is_int and kind is None:
             continue
-        value, quantum = _decimal(m.group("num"), m.group("exp"), rounded_integer=kind in ("unit", "multiplier"))
+        value, quantum = _decimal(m.group("num"), m.group("exp"),
+                                  rounded_integer=kind in ("unit", "multiplier"))
         if scale is not None:
             value, quantum = value * scale, quantum * scale
         numbers.append(
-            ProseNumber(markdown[m.start() : end], value, quantum, kind or "plain", m.start(), end, _unit_name(unit))
+            ProseNumber(markdown[m.start() : end], value, quantum, kind or "plain", m.start(), end,
+                        _unit_name(unit))
         )
     return numbers
 
@@ -437,6 +453,98 @@ def check_notebook(nb, name: str = "notebook") -> list[Finding]:
                 if number.kind == "percent" and settings.any_between(fraction, fraction):
                     continue  # "the 5-95 % band" for quantile(..., [0.05, 0.95]): exact, as a fraction
                 findings.append(Finding(name, index, number.text, _context(source, number.start, number.end)))
+    return run_time_findings(nb, name) + findings
+
+
+# ----------------------------------------------------------------------------------------------------
+# the full-mode run time: the first cell states it, the last code cell prints it
+
+_MODE = r"(?P<mode>full|FAST)[\s-]+mode"
+_TIME = r"(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>s|secs?|seconds?|min|mins|minutes?|h|hours?)(?![\w/])"
+_APPROX = r"(?:(?:about|roughly|approximately|around|~)\s*)?"
+# "32 s in full mode" (the time before the words) and "full mode (...) about 93 s" (after them)
+_TIME_IN_MODE = re.compile(_TIME + r"\s+in\s+(?:the\s+)?" + _MODE, re.I)
+_MODE_THEN_TIME = re.compile(_MODE + r"\s*(?:\([^()]*\))?\s*[:,]?\s*" + _APPROX + _TIME, re.I)
+_APPOSITION = re.compile(r"\s*[(,]\s*" + _APPROX + _TIME, re.I)
+_PRINTED_RUN_TIME = re.compile(r"run time:?\s*" + _TIME + r"(?P<rest>[^\n]*)", re.I)
+
+
+@dataclass(frozen=True)
+class RunTime:
+    """A run time written in a text: as written, in seconds, and half its last written digit (seconds)."""
+
+    text: str
+    seconds: Decimal
+    tolerance: Decimal
+    start: int = 0
+    end: int = 0
+
+
+def _run_time(match: re.Match) -> RunTime:
+    """The time a `_TIME` match wrote, in seconds, with half its last written digit as the tolerance
+    (trailing zeros of an integer may be rounding, as for any measurement: see `_decimal`)."""
+    factor = _UNIT_FACTORS["time"][_unit_name(match.group("unit").lower())]
+    value, quantum = _decimal(match.group("num"), None, rounded_integer=True)
+    start, end = match.start("num"), match.end("unit")
+    return RunTime(match.string[start:end], value * factor, quantum * factor / 2, start, end)
+
+
+def stated_full_mode_times(markdown: str) -> list[RunTime]:
+    """The full-mode run times a first cell states (see the module docstring), in order."""
+    masked = _mask(markdown)
+    found: dict[int, RunTime] = {}
+    for pattern in (_TIME_IN_MODE, _MODE_THEN_TIME):
+        for match in pattern.finditer(masked):
+            if match.group("mode").lower() != "full":
+                continue
+            time = _run_time(match)
+            found[time.start] = time
+            after = _APPOSITION.match(masked, match.end("unit"))
+            if after:
+                extra = _run_time(after)
+                found[extra.start] = extra
+    return [found[start] for start in sorted(found)]
+
+
+def printed_run_time(nb) -> tuple[int, RunTime | None, bool]:
+    """(index of the last code cell, the run time it prints or None, whether that is a FAST-mode time).
+    The index is -1 when the notebook has no code cell."""
+    cells = nb["cells"]
+    index = next((i for i in range(len(cells) - 1, -1, -1) if cells[i]["cell_type"] == "code"), -1)
+    if index < 0:
+        return index, None, False
+    matches = [m for text in _output_texts(cells[index]) for m in _PRINTED_RUN_TIME.finditer(text)]
+    if not matches:
+        return index, None, False
+    last = matches[-1]
+    fast = bool(re.search(r"FAST\s*=\s*True|FAST mode|\(FAST\)", last.group("rest")))
+    return index, _run_time(last), fast
+
+
+def run_time_findings(nb, name: str = "notebook") -> list[Finding]:
+    """The first cell's full-mode run time against the time the last code cell prints (module docstring)."""
+    cells = nb["cells"]
+    if not cells or cells[0]["cell_type"] != "markdown":
+        return []
+    source = _source(cells[0])
+    stated = stated_full_mode_times(source)
+    last, printed, fast = printed_run_time(nb)
+    findings = []
+    if printed is None or fast:
+        what = "prints no run time" if printed is None else f"prints a FAST-mode run time ({printed.text})"
+        for time in stated:
+            findings.append(Finding(name, 0, time.text,
+                                    f"full mode, but the last code cell (cell {last}) {what}"))
+        return findings
+    if not stated:
+        return [Finding(name, 0, "(none)",
+                        f"the last code cell (cell {last}) prints a run time of {printed.text}, and the "
+                        "first cell states no full-mode run time (\"N s in full mode\")")]
+    for time in stated:
+        if abs(time.seconds - printed.seconds) > time.tolerance:
+            context = _context(source, time.start, time.end)
+            findings.append(Finding(name, 0, time.text,
+                                    f"{context}  -- the last code cell (cell {last}) prints {printed.text}"))
     return findings
 
 
@@ -449,7 +557,8 @@ def check_path(path: str | Path) -> list[Finding]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("notebooks", nargs="+")
     parser.add_argument("--summary", action="store_true", help="print only the count per notebook")
     args = parser.parse_args(argv)

@@ -12,6 +12,11 @@ files), so the learner's function replaces the package's through a subclass, not
     from rlhf_lab.exercises import training
     runs = training.compare_with_reference("gae", my_gae, dict(steps=30))
     training.plot_comparison(runs)
+    runs = training.compare_with_reference("gae", my_gae, dict(steps=30), seeds=(0, 1, 2))  # the spread
+
+One short run per side can mislead: with a few steps and one seed, noise alone can put a wrong
+function above the reference. With one seed the comparison says so; with several it prints each
+metric's final value as mean +- std over the seeds, and the plot shades the range.
 
 With the reference solution plugged in, the run is the package's run, step for step (tested).
 """
@@ -25,7 +30,8 @@ import pandas as pd
 
 from ..rl import GRPO, GSPO, PPO, Trainer, make_config
 from ..rl.algorithm import Algorithm
-from ..util.validation import check_choice
+from ..util.validation import check_choice, check_number
+from .core import resolve_language
 
 # exercise -> the algorithm its function drives
 PLUGGABLE: dict[str, str] = {
@@ -131,23 +137,86 @@ def train_with(name: str, function: Callable | None, settings: dict | None = Non
     return trainer
 
 
-def compare_with_reference(name: str, function: Callable, settings: dict | None = None, **kwargs) -> pd.DataFrame:
-    """Two runs from the same start and seed: yours (`function` plugged in) and the package's.
-    Returns both histories stacked, with a column `run` = "yours" | "reference". If your function
-    breaks the run (raises: a wrong shape, say), that is printed and only the reference run is kept."""
+SUMMARY_METRICS = ("reward_mean", "eval_accuracy")
+
+NOTES = {
+    "en": {
+        "stopped": "Training with your {name} stopped: {error}",
+        "one_seed": "One seed, {steps} steps per run: a short single-seed run may not show a mistake (noise "
+                    "alone can put a wrong function above the reference, or hide the gap). Pass seeds=(0, 1, "
+                    "2) to see the spread over seeds; the checker, exercises.check(\"{name}\", ...), is the "
+                    "test.",
+        "spread": "Final values over {count} seeds (mean +- std; each seed gives both runs the same start):",
+    },
+    "zh": {
+        "stopped": "用你的 {name} 训练时中止了：{error}",
+        "one_seed": "只有一个随机种子、每次 {steps} 步：这么短的单种子训练未必能暴露错误（光是随机波动就可能让错误的"
+                    "函数比参考实现还好，或者掩盖差距）。传入 seeds=(0, 1, 2) 可以看到不同种子间的波动；真正的检验是"
+                    "判题器 exercises.check(\"{name}\", ...)。",
+        "spread": "{count} 个随机种子下的最终值（均值 ± 标准差；同一种子下两次训练的起点相同）：",
+    },
+}
+
+
+def compare_with_reference(name: str, function: Callable, settings: dict | None = None,
+                           seeds: tuple[int, ...] | None = None, lang: str | None = None,
+                           **kwargs) -> pd.DataFrame:
+    """Runs from the same start: yours (`function` plugged in) and the package's, once per seed.
+
+    seeds: None = one pair of runs at the config's seed (then a note says that one short run may not
+    show a mistake); several seeds = a pair per seed, and the final `reward_mean` / `eval_accuracy`
+    printed as mean +- std over seeds. Returns the histories stacked, with columns `run` = "yours" |
+    "reference" and `seed`. If your function breaks a run (raises: a wrong shape, say), that is printed
+    and only the reference runs are kept."""
+    lang = resolve_language(lang)
+    notes = NOTES[lang]
+    base_seed = kwargs.pop("seed", (settings or {}).get("seed", 0))
+    seeds = (base_seed,) if seeds is None else tuple(seeds)
+    if not seeds:
+        raise ValueError(f"seeds must hold at least one seed, got {seeds!r}")
+    for seed in seeds:
+        check_number("seed", seed, integer=True)
     runs = []
-    try:
-        runs.append(train_with(name, function, settings, **kwargs).history.assign(run="yours"))
-    except Exception as error:  # the learner's code may fail in any way; the reference run still shows
-        print(f"Training with your {name} stopped: {type(error).__name__}: {error}")
-    runs.append(train_with(name, None, settings, **kwargs).history.assign(run="reference"))
-    return pd.concat(runs, ignore_index=True)
+    for seed in seeds:
+        try:
+            runs.append(train_with(name, function, settings, seed=seed, **kwargs).history.assign(run="yours",
+                                                                                                   seed=seed))
+        except Exception as error:  # the learner's code may fail in any way; the reference run still shows
+            print(notes["stopped"].format(name=name, error=f"{type(error).__name__}: {error}"))
+        reference = train_with(name, None, settings, seed=seed, **kwargs)
+        runs.append(reference.history.assign(run="reference", seed=seed))
+    runs = pd.concat(runs, ignore_index=True)
+    if len(seeds) == 1:
+        print(notes["one_seed"].format(steps=int(runs["step"].max()), name=name))
+    else:
+        print(notes["spread"].format(count=len(seeds)))
+        print(spread_over_seeds(runs).to_string())
+    return runs
+
+
+def spread_over_seeds(runs: pd.DataFrame, metrics: tuple[str, ...] = SUMMARY_METRICS) -> pd.DataFrame:
+    """Each run's final value of each metric (its last logged value), as "mean +- std" over the seeds,
+    one row per run ("yours", "reference")."""
+    rows = {}
+    for run, group in runs.groupby("run", sort=False):
+        row = {}
+        for metric in metrics:
+            if metric not in group:
+                continue
+            finals = group[group[metric].notna()].groupby("seed")[metric].last()
+            if finals.empty:
+                continue
+            spread = finals.std(ddof=1) if len(finals) > 1 else float("nan")
+            row[metric] = f"{finals.mean():.3f} +- {spread:.3f} (n={len(finals)})"
+        rows[run] = row
+    return pd.DataFrame.from_dict(rows, orient="index")
 
 
 def plot_comparison(runs: pd.DataFrame, metrics: tuple[str, ...] = ("reward_mean", "eval_accuracy"),
                     algo: str | None = None):
     """Your run (solid) beside the reference run (dashed), one panel per metric, in the algorithm's
-    colour. Returns the matplotlib Figure."""
+    colour; with several seeds, the mean over seeds and a band from the lowest to the highest seed.
+    Returns the matplotlib Figure."""
     from ..viz import ALGO_COLORS, new_figure
 
     color = ALGO_COLORS.get(algo, "#000000") if algo else "#000000"
@@ -160,8 +229,13 @@ def plot_comparison(runs: pd.DataFrame, metrics: tuple[str, ...] = ("reward_mean
             rows = runs[(runs["run"] == run) & runs[metric].notna()]
             if rows.empty:
                 continue
-            ax.plot(rows["step"], rows[metric], linestyle=style, marker="o" if metric == "eval_accuracy" else None,
-                    markersize=4, color=color, label=run)
+            by_step = rows.groupby("step")[metric]
+            mean = by_step.mean()
+            ax.plot(mean.index, mean.values, linestyle=style, color=color, label=run,
+                    marker="o" if metric == "eval_accuracy" else None, markersize=4)
+            if "seed" in rows and rows["seed"].nunique() > 1:
+                ax.fill_between(mean.index, by_step.min().values, by_step.max().values, color=color,
+                                alpha=0.12 if run == "yours" else 0.06, linewidth=0)
         ax.set(xlabel="training step", ylabel=labels.get(metric, metric),
                title=f"{metric}: yours (solid), reference (dashed)")
         ax.legend(frameon=False)

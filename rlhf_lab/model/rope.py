@@ -13,8 +13,7 @@ This file holds the mechanism, everything the model needs:
   (see transformers' `modeling_rope_utils.py`); `read_rope_scaling` validates a `rope_scaling` dict.
 - `RotaryEmbedding`: position_ids -> (cos, sin), always computed in float32.
 - `apply_rope`: rotate q or k, in either pairing convention (HF/GPT-NeoX half-split or Meta's
-  interleaved pairs), and the weight permutation that converts between the two. A model splits it
-  in two: `rope_factors` (the tables, once per forward) and `rotate` (each layer's q and k).
+  interleaved pairs), and the weight permutation that converts between the two.
 
 The notebook's exhibits (the long-term decay bound, the precision of angles in low-precision dtypes,
 2-D rotations and relative-position scores) live beside the pictures, in `rlhf_lab.viz.rope_plots`.
@@ -71,12 +70,14 @@ def read_rope_scaling(rope_scaling: dict | None, base: float) -> dict:
     legacy_type = params.pop("type", None)
     rope_type = params.setdefault("rope_type", legacy_type or "default")
     if legacy_type is not None and legacy_type != rope_type:
-        raise ValueError(f"rope_scaling has rope_type={rope_type!r} but legacy type={legacy_type!r}; give one")
+        raise ValueError(f"rope_scaling has rope_type={rope_type!r} but legacy type={legacy_type!r}; "
+                         "give one")
     check_choice("rope_type", rope_type, ROPE_TYPES)
     # transformers 5.x keeps rope_theta inside rope_parameters; accept it, but only if it agrees with base.
     rope_theta = params.pop("rope_theta", None)
     if rope_theta is not None and rope_theta != base:
-        raise ValueError(f"rope_scaling['rope_theta']={rope_theta} disagrees with base={base}; pass base only")
+        raise ValueError(f"rope_scaling['rope_theta']={rope_theta} disagrees with base={base}; "
+                         "pass base only")
 
     if rope_type == "default":
         extra = sorted(set(params) - {"rope_type"})
@@ -176,7 +177,9 @@ def rope_inv_freq(
             # tensor rather than a Python float; follow the same path so cos/sin agree bit for bit.
             length = seq_len.clamp_min(max_position_embeddings)
         else:
-            length = max_position_embeddings if seq_len is None else max(int(seq_len), max_position_embeddings)
+            length = max_position_embeddings
+            if seq_len is not None:
+                length = max(int(seq_len), max_position_embeddings)
         # base' = base * (factor * L / max_pos - (factor - 1))^(d / (d - 2)); equals base while L <= max_pos
         ntk_base = base * ((factor * length / max_position_embeddings) - (factor - 1)) ** (d / (d - 2))
         return _default_inv_freq(d, ntk_base), 1.0
@@ -217,7 +220,8 @@ def rope_inv_freq(
 
         theta = _default_inv_freq(d, base)  # extrapolation: keep the trained frequency
         theta_interpolated = 1.0 / (factor * base ** (torch.arange(0, d, 2).float() / d))  # theta_i / s
-        ramp = ((torch.arange(d // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)  # 0 fast, 1 slow
+        # 0 for the fast dimensions, 1 for the slow ones
+        ramp = ((torch.arange(d // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
         keep = 1 - ramp  # w_i, the weight on the unscaled frequency
         inv_freq = theta_interpolated * (1 - keep) + theta * keep  # (1 - w_i) theta_i / s + w_i theta_i
         return inv_freq, float(attention_factor)
@@ -267,16 +271,15 @@ class RotaryEmbedding(nn.Module):
         self.rope_scaling = None if rope_scaling is None else dict(rope_scaling)
         self.max_position_embeddings = max_position_embeddings
         self.rope_type = read_rope_scaling(rope_scaling, base)["rope_type"]
-        inv_freq, self.attention_scaling = rope_inv_freq(head_dim, base, rope_scaling, max_position_embeddings)
+        inv_freq, self.attention_scaling = rope_inv_freq(head_dim, base, rope_scaling,
+                                                         max_position_embeddings)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.register_buffer("original_inv_freq", inv_freq.clone(), persistent=False)
         self.max_seq_len_cached = max_position_embeddings  # longest length inv_freq was built for (dynamic)
-        self._table: tuple[torch.Tensor, torch.Tensor] | None = None  # see cos_sin_table
 
     def _apply(self, fn, recurse=True):
         # Module.to(dtype) / .half() would round the frequencies; keep them float32 on whatever device.
         kept = {name: getattr(self, name) for name in ("inv_freq", "original_inv_freq")}
-        self._table = None  # rebuilt on the new device when next asked for
         super()._apply(fn, recurse)
         for name, before in kept.items():
             after = getattr(self, name)
@@ -311,26 +314,6 @@ class RotaryEmbedding(nn.Module):
                 cos, sin = cos * self.attention_scaling, sin * self.attention_scaling
         return cos, sin
 
-    def cos_sin_table(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin of positions 0 .. length - 1, each float32 (length, head_dim // 2).
-
-        Row m is exactly what `forward` gives for position m (the same ops compute it), but the table is
-        computed once and kept (regrown when a longer length is asked for), so a decoding step reads one
-        row instead of recomputing m * theta_i, its cos and its sin. Not for "dynamic" scaling, whose
-        frequencies depend on the sequence length.
-        """
-        if self.rope_type == "dynamic":
-            raise ValueError("cos_sin_table: rope_type 'dynamic' changes its frequencies with the length; "
-                             "call the module on position_ids instead")
-        check_number("length", length, low=1, integer=True)
-        if self._table is None or self._table[0].shape[0] < length:
-            size = max(length, self.max_position_embeddings)
-            with torch.inference_mode(False):  # made inside inference_mode, it could not serve a training step
-                cos, sin = self(torch.arange(size, device=self.inv_freq.device)[None])  # (1, size, d/2) each
-            self._table = (cos[0], sin[0])
-        cos, sin = self._table
-        return cos[:length], sin[:length]
-
     def extra_repr(self) -> str:
         return (f"head_dim={self.head_dim}, base={self.base}, rope_type={self.rope_type!r}, "
                 f"max_position_embeddings={self.max_position_embeddings}")
@@ -350,64 +333,39 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-def rope_factors(cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """The two tables `rotate` multiplies by, from `RotaryEmbedding`'s cos and sin (..., head_dim // 2).
-
-    Half-split pairs (i, i + d/2): [cos | cos] and [-sin | sin], (..., head_dim), so that the rotation is
-    x * [cos | cos] + [b | a] * [-sin | sin] on whole rows (a, b the two halves of x; `rotate_half`'s form).
-    Interleaved pairs (2i, 2i + 1): cos and sin as they are.
-    The tables depend on the positions only, so a model builds them once per forward and every layer's
-    q and k reuse them (`apply_rope` builds them on each call).
-    """
-    if interleaved:
-        return cos, sin
-    return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
-
-
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False) -> torch.Tensor:
-    """`apply_rope` with tables already made by `rope_factors` (same shapes rules, same result, bit for bit).
-
-    Half-split: x * [cos | cos] + [b | a] * [-sin | sin], with [b | a] = x rolled by d/2 along the last dim.
-    Bit for bit the pairwise a cos - b sin, b cos + a sin (a + (-b s) is a - b s in IEEE), with 2
-    full-width multiplies instead of 4 half-width strided ones: ~40% less time forward and backward on
-    the CPU (the RL update's teacher-forced forwards).
-    """
-    low_precision = x.dtype not in (torch.float32, torch.float64)
-    x_c = x.float() if low_precision else x  # fp16/bf16 -> fp32; fp32 and fp64 stay as they are
-    if cos.dim() == 3:
-        cos, sin = cos.unsqueeze(-3), sin.unsqueeze(-3)  # (batch, 1, seq, .), shared by all heads
-    if cos.dtype != x_c.dtype:
-        cos, sin = cos.to(x_c.dtype), sin.to(x_c.dtype)
-    if not interleaved:
-        # roll: one op for [b | a] (chunk + cat is three), the same values
-        out = x_c * cos + torch.roll(x_c, x_c.shape[-1] // 2, dims=-1) * sin
-        return out.to(x.dtype) if low_precision else out
-    first, second = x_c[..., 0::2], x_c[..., 1::2]
-    rotated_first = first * cos - second * sin  # a' = a cos - b sin
-    rotated_second = second * cos + first * sin  # b' = b cos + a sin
-    out = torch.stack(  # put each pair back side by side: (..., d/2, 2) -> (..., d)
-        (rotated_first, rotated_second), dim=-1).flatten(-2)
-    return out.to(x.dtype) if low_precision else out
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False) -> torch.Tensor:
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               interleaved: bool = False) -> torch.Tensor:
     """Rotate each pair of dims of x by its angle: (a, b) -> (a cos - b sin, a sin + b cos).
 
     Args:
         x: queries or keys, (batch, heads, seq, head_dim), any float dtype.
         cos, sin: (batch, seq, head_dim // 2) from `RotaryEmbedding`, broadcast over heads; or already
             shaped to broadcast against x: (batch, 1, seq, head_dim // 2), or (seq, head_dim // 2) when every
-            row has the same positions (a `cos_sin_table` slice).
+            row has the same positions.
         interleaved: which dims form pair i.
-            False: (i, i + d/2), the half-split layout of HF transformers and GPT-NeoX (`rotate_half`).
+            False: (i, i + d/2), the half-split layout of HF transformers and GPT-NeoX: with a, b the two
+            halves of x, x * [cos | cos] + rotate_half(x) * [sin | sin] = [a cos - b sin | b cos + a sin].
             True: (2i, 2i + 1), Meta's llama, which views x as d/2 complex numbers times e^{i m theta_i}.
 
     Returns:
         x rotated, same shape and dtype as x. The arithmetic is done in float32 (float64 for float64
         inputs), like Meta's reference; HF instead rounds cos/sin to the model dtype first.
-        `rope_factors` + `rotate` are the same in two halves (the model's layers share the first).
     """
-    return rotate(x, *rope_factors(cos, sin, interleaved), interleaved=interleaved)
+    low_precision = x.dtype not in (torch.float32, torch.float64)
+    x_c = x.float() if low_precision else x  # fp16/bf16 -> fp32; fp32 and fp64 stay as they are
+    if cos.dim() == 3:
+        cos, sin = cos.unsqueeze(-3), sin.unsqueeze(-3)  # (batch, 1, seq, d/2), shared by all heads
+    cos, sin = cos.to(x_c.dtype), sin.to(x_c.dtype)
+    if interleaved:
+        first, second = x_c[..., 0::2], x_c[..., 1::2]
+        rotated_first = first * cos - second * sin  # a' = a cos - b sin
+        rotated_second = second * cos + first * sin  # b' = b cos + a sin
+        out = torch.stack(  # put each pair back side by side: (..., d/2, 2) -> (..., d)
+            (rotated_first, rotated_second), dim=-1).flatten(-2)
+    else:
+        cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)  # dims i, i + d/2: one angle
+        out = x_c * cos + rotate_half(x_c) * sin
+    return out.to(x.dtype)
 
 
 def interleaved_to_half_split(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -448,7 +406,8 @@ def half_split_to_interleaved(weight: torch.Tensor, num_heads: int) -> torch.Ten
 
 def _head_dim_of(weight: torch.Tensor, num_heads: int) -> int:
     if weight.dim() not in (1, 2):
-        raise ValueError(f"weight must be a Linear weight (out, in) or bias (out,), got shape {tuple(weight.shape)}")
+        raise ValueError("weight must be a Linear weight (out, in) or bias (out,), "
+                         f"got shape {tuple(weight.shape)}")
     check_number("num_heads", num_heads, low=1, integer=True)
     out_features = weight.shape[0]
     if out_features % num_heads or (out_features // num_heads) % 2:

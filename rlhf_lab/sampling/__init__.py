@@ -1,7 +1,7 @@
 """Sampling: logits processors (repetition penalty, no-repeat-ngram, temperature, top-k, top-p, min-p),
-in generate.py batched generation with the KV cache (fused.py: the usual temperature + top-k + top-p
-sampler on top-k's survivors; compiled.py: the opt-in compiled decode step), and in beam.py beam
-search on the paged cache."""
+in generate.py batched generation with the KV cache (compiled.py: the opt-in compiled decode step), and
+in beam.py beam search on the paged cache. fast.py: the draw and the usual temperature + top-k + top-p
+sampler in fewer ops, which `generate` runs unless `rlhf_lab.util.fast_paths.reference_paths()` is on."""
 
 from rlhf_lab.sampling.beam import (
     BEAM_CACHE_KINDS,

@@ -1,6 +1,6 @@
 """The opt-in compiled decode step (`generate(..., compile=True)`): one token per row through the model.
 
-Why compile. At the lab's size a decode step is ~150 small ops (bench/RESULTS.md, "Profile of a decode
+Why compile. At the lab's size a decode step is many small ops (bench/RESULTS.md, "Profile of a decode
 step"); each costs a dispatch and some Python, more than its arithmetic. `torch.compile` (TorchInductor)
 traces the step once into a graph, fuses the pointwise ops (RMSNorm, RoPE, SwiGLU, the mask, softmax)
 into a few generated C++ loops and leaves the matmuls to the BLAS library.
@@ -13,8 +13,9 @@ shapes and one compilation serves them all, and every later call whose rows and 
 same. The cache length is rounded up to a multiple of `CACHE_LENGTH_MULTIPLE`, so prompts of slightly
 different lengths share a compilation too.
 
-The numbers equal the eager step's up to float32 rounding, not bit for bit: the generated kernels sum in
-their own order, and the softmax runs over the whole cache instead of the filled prefix.
+The step is the model's fast forward (`rlhf_lab.model.fast`), layer by layer. The numbers equal the eager
+step's up to float32 rounding, not bit for bit: the generated kernels sum in their own order, and the
+softmax runs over the whole cache instead of the filled prefix.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+from ..model import fast
 from ..model.kv_cache import FixedShapeCache, StaticCache
-from ..model.rope import rope_factors
 
 CACHE_LENGTH_MULTIPLE = 16  # compiled calls size their cache in steps of this many positions
 
@@ -38,19 +39,22 @@ def compiled_cache_length(length: int) -> int:
 
 
 def decode_step(model, tokens: torch.Tensor, position: torch.Tensor, cache: StaticCache,
-                visible: torch.Tensor, offsets: torch.Tensor, rope_table: tuple[torch.Tensor, torch.Tensor]
-                ) -> torch.Tensor:
+                visible: torch.Tensor, offsets: torch.Tensor, rope_table: tuple[torch.Tensor, torch.Tensor],
+                stacks: tuple) -> torch.Tensor:
     """One decoding step with shapes that never change: next-token logits (N, V) float32.
 
     Args:
-        model: a `LlamaModel`, inside `fused_projections`.
+        model: a `LlamaModel`.
         tokens: (N,) long, the tokens written at column `position`.
         position: () long, that column (the cache slot the tokens' keys and values go to).
         cache: the call's `StaticCache`; slot `position` of every layer is written in place.
         visible: (N, max_len) bool, False at left padding (the keys no token may see).
         offsets: (N,) long, each row's padding count: a token at column c has position c - offset.
-        rope_table: `rope_factors` of `model.rotary_emb.cos_sin_table(max_len)`, made once per call: the
-            (max_len, D') tables every layer's `rotate` multiplies by (D' = D, or D/2 for interleaved pairs).
+        rope_table: `fast.rope_factors` of `fast.cos_sin_table(model.rotary_emb, max_len)`, made once per
+            call: the (max_len, D') tables every layer's `fast.rotate` multiplies by (D' = D, or D/2 for
+            interleaved pairs).
+        stacks: `fast.layer_stacks(model)`, each layer's stacked q|k|v and gate|up weights (arguments, so
+            that the graph reads the tensors of the current call).
     """
     slots = torch.arange(visible.shape[1], device=visible.device)
     mask = (visible & (slots <= position))[:, None, None, :]  # (N, 1, 1, max_len): written, not padding
@@ -60,9 +64,9 @@ def decode_step(model, tokens: torch.Tensor, position: torch.Tensor, cache: Stat
     sin = F.embedding(position_ids, sin_table)[:, None]
     slot_cache = FixedShapeCache(cache, position)
     x = model.model.embed_tokens(tokens[:, None])  # (N, 1, C)
-    for layer in model.model.layers:
-        x, _ = layer(x, cos, sin, mask, slot_cache)
-    return model.lm_logits(model.model.norm(x[:, 0]))  # (N, V) float32, as the model's forward
+    for layer, layer_stacks in zip(model.model.layers, stacks):
+        x, _ = fast.decoder_layer(layer, x, cos, sin, mask, slot_cache, None, layer_stacks)
+    return fast.lm_logits(model, fast.rms_norm(model.model.norm, x[:, 0]))  # (N, V) float32, as the forward
 
 
 # TorchInductor's C++ wrapper: the generated code calls its kernels from C++, not from Python
@@ -109,9 +113,8 @@ COMPILED: dict = {}  # fn -> its torch.compile wrapper, made once per process
 
 
 def compiled(fn):
-    """`fn` under torch.compile with fixed shapes, the wrapper made once per process: making one took
-    ~2 ms (1 thread, under load), a tenth of a whole 64 x 32 `generate` call, when every call made its own.
-    What it compiled lives in torch's own cache either way."""
+    """`fn` under torch.compile with fixed shapes, the wrapper made once per process: making one costs
+    more than a short `generate` call's decoding. What it compiled lives in torch's own cache either way."""
     if fn not in COMPILED:
         COMPILED[fn] = torch.compile(fn, dynamic=False, options=COMPILE_OPTIONS)
     return COMPILED[fn]
@@ -128,34 +131,32 @@ def warn_compile_failed(error: Exception) -> None:
 class CompiledSteps:
     """The decode steps of one `generate` call, compiled: `step(tokens, column)` -> next-token logits (N, V).
 
-    Holds what stays fixed over the call: the mask of padding, each row's offset, the RoPE table and
-    the position tensor (refilled each step: the same tensor, so nothing for a guard to see change).
-    Only the model's step is compiled; the processors and the choice of the token run eagerly after it
-    (temperature + top-k + top-p in `fused.py`'s few ops on top-k's survivors), one graph serving greedy
-    decoding and every sampling setting. Both were tried inside the graph,
-    the race's Exp(1) numbers drawn eagerly with the call's generator and passed in (a graph cannot
-    draw with a `torch.Generator`), and whole 64 x 32 calls were no faster (bench/RESULTS.md,
-    "Generation"; interleaved, under load): sampled (temperature, top-k, top-p and the race in the
-    graph) 1.02x (quartiles 0.94-1.12) with 1 thread and 1.09x (0.95-1.33) with 2; greedy (the argmax in
-    the graph) 1.00x (0.93-1.08) and 1.01x (0.88-1.29). Top-k, the sort and the cumsum stay library calls
-    inside a graph. In the graph, the temperature, k and p would also be constants that dynamo guards on, so
-    each new setting would be a new compilation.
+    Holds what stays fixed over the call: the mask of padding, each row's offset, the RoPE table, the
+    stacked projections and the position tensor (refilled each step: the same tensor, so nothing for a
+    guard to see change). Only the model's step is compiled; the processors and the choice of the token
+    run eagerly after it, as without compile, one graph serving greedy decoding and every sampling
+    setting. Inside the graph they were no faster (bench/RESULTS.md, "Generation"): top-k, the sort and
+    the cumsum stay library calls there, and the temperature, k and p would be constants that dynamo
+    guards on, so each new setting would be a new compilation.
     """
 
     def __init__(self, model, cache: StaticCache, prompt_mask: torch.Tensor) -> None:
         N, P = prompt_mask.shape
         device = prompt_mask.device
         self.model, self.cache = model, cache
-        self.visible = torch.cat([prompt_mask != 0, torch.ones(N, cache.max_len - P, dtype=torch.bool, device=device)], 1)
+        unwritten = torch.ones(N, cache.max_len - P, dtype=torch.bool, device=device)
+        self.visible = torch.cat([prompt_mask != 0, unwritten], 1)
         self.offsets = P - prompt_mask.sum(1)  # (N,) padding count of each row
-        self.rope_table = rope_factors(*model.rotary_emb.cos_sin_table(cache.max_len), model.config.rope_interleaved)
+        self.rope_table = fast.rope_factors(*fast.cos_sin_table(model.rotary_emb, cache.max_len),
+                                            model.config.rope_interleaved)
+        self.stacks = fast.layer_stacks(model)
         self.position = torch.zeros((), dtype=torch.long, device=device)
         self.forward = CompiledFunction(decode_step)
 
     def __call__(self, tokens: torch.Tensor, column: int) -> torch.Tensor:
         self.position.fill_(column)
         logits = self.forward(self.model, tokens, self.position, self.cache, self.visible, self.offsets,
-                              self.rope_table)
+                              self.rope_table, self.stacks)
         self.cache.length += 1  # the StaticCache's own count of filled positions, as its update keeps it
         return logits
 

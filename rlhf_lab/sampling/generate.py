@@ -19,14 +19,16 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..model.fast import fused_projections
 from ..model.kv_cache import DynamicCache, StaticCache
+from ..util import fast_paths
 from ..util.device import autocast
 from ..util.limits import check_memory, check_positions, check_token_ids, generation_bytes
 from ..util.validation import check_bool, check_choice, check_number
+from . import fast
 from .compiled import CompiledSteps, compiled_cache_length
 from .config import SamplingConfig
-from .fused import fused_sampler_applies, sample_fused
-from .processors import build_stages, make_generator, sample_next_token
+from .processors import make_generator, process_logits, sample_next_token
 
 CACHE_KINDS = ("static", "dynamic", "paged", "int8", "none")
 
@@ -51,7 +53,8 @@ def make_cache(kind: str, config, batch_size: int, max_len: int, device=None, dt
     raise AssertionError(f"unhandled cache kind {kind!r}")
 
 
-def left_pad(sequences: Sequence[Sequence[int]], pad_token_id: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(sequences: Sequence[Sequence[int]], pad_token_id: int,
+             device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Token lists -> (ids (B, P), attention_mask (B, P)), padded on the LEFT so that every row's last
     prompt token sits in the same column and the next token is written at the same position for all."""
     if len(sequences) == 0:
@@ -158,8 +161,8 @@ def generate(
     if compile and cache != "static":
         raise ValueError(f"compile=True needs cache='static' (the fixed-shape cache), got cache={cache!r}")
     if compile and model.rotary_emb.rope_type == "dynamic":
-        raise ValueError("compile=True needs a RoPE table, which rope_type 'dynamic' cannot have (its frequencies "
-                         "change with the length): use compile=False")
+        raise ValueError("compile=True needs a RoPE table, which rope_type 'dynamic' cannot have (its "
+                         "frequencies change with the length): use compile=False")
     mc = model.config
     device = model.device
     prompt_ids, prompt_mask = _encode_prompts(prompts, tokenizer, attention_mask, mc.pad_token_id, device)
@@ -176,13 +179,14 @@ def generate(
     elif P + T_max > mc.max_position_embeddings:
         warnings.warn(f"generating {P} prompt + {T_max} new positions, past max_position_embeddings="
                       f"{mc.max_position_embeddings}: RoPE extends to them, but the model never saw them in "
-                      "training (fine for a fixed-length benchmark, not for answers)", stacklevel=3)  # 3: past torch.no_grad's wrapper, to the caller
+                      "training (fine for a fixed-length benchmark, not for answers)",
+                      stacklevel=3)  # 3: past torch.no_grad's wrapper, to the caller
     check_memory(generation_bytes(mc, B * G, P, T_max, dtype.itemsize), device,
                  f"generating {B * G} sequences of {P} + {T_max} tokens", "max_new_tokens or the batch")
 
-    # Stacked q|k|v and gate|up weights for the length of the call (the weights cannot change meanwhile).
-    fused = model.fused_projections() if hasattr(model, "fused_projections") else contextlib.nullcontext()
-    with fused:
+    # Stacked q|k|v and gate|up weights for the model's fast forward, for the length of the call (the
+    # weights cannot change meanwhile)
+    with fused_projections(model):
         return _generate(model, prompt_ids, prompt_mask, config, G, generator, cache, stop_at_eos, dtype,
                          compile, cache_kwargs)
 
@@ -227,31 +231,19 @@ def _generate(model, prompt_ids, prompt_mask, config, G, generator, cache, stop_
         torch.ones((N, T_max), dtype=torch.long, device=device)
     logprobs = torch.zeros((N, T_max), dtype=torch.float32, device=device) if config.return_logprobs else None
     done = torch.zeros(N, dtype=torch.bool, device=device)
-    # The processor chain is built once; only the repetition penalty reads the mask, which grows each step.
-    # Temperature, top-k and top-p alone (the usual sampler) run fused on top-k's survivors instead.
-    fused_sampling = fused_sampler_applies(config)
-    stages = [] if fused_sampling else build_stages(config)
-    reads_mask = config.repetition_penalty != 1.0
     # Only no-repeat-ngram can remove every token of a row; otherwise that check would be wasted work.
     check_removed = config.no_repeat_ngram_size > 0
+    choose = token_chooser(config, check_removed, logprobs is not None)  # the processors and the draw
     step = CompiledSteps(model, kv, prompt_mask) if compile else None
     steps = 0
     with infer:
         for t in range(T_max):
             width = P + t
-            if t < config.min_new_tokens:  # HF's MinNewTokensLengthLogitsProcessor: no EOS yet (-inf survives every stage)
+            # HF's MinNewTokensLengthLogitsProcessor: no EOS yet (-inf survives every stage)
+            if t < config.min_new_tokens:
                 logits = logits.clone()
                 logits[:, eos_id] = float("-inf")
-            scores = logits
-            for _, stage in build_stages(config, mask[:, :width]) if reads_mask else stages:  # off: not in the list
-                scores = stage(scores, ids[:, :width])
-            if fused_sampling:
-                tokens, token_logprobs = sample_fused(scores, config, generator, return_logprobs=logprobs is not None)
-            elif config.do_sample or logprobs is not None:
-                tokens, token_logprobs = sample_next_token(scores, config, generator, check_removed=check_removed,
-                                                           return_logprobs=logprobs is not None)
-            else:  # plain greedy: the argmax is all we need
-                tokens = scores.argmax(dim=-1)
+            tokens, token_logprobs = choose(logits, ids, mask, width, generator)  # context: width columns
             if stop_at_eos:
                 tokens = tokens.masked_fill(done, pad_id)  # finished rows keep emitting padding
                 completion_mask[:, t] = ~done
@@ -270,7 +262,8 @@ def _generate(model, prompt_ids, prompt_mask, config, G, generator, cache, stop_
                 if step is not None:  # compiled: fixed shapes, the position as a tensor
                     logits = step(tokens, width)
                 elif kv is None:  # no cache: feed the whole sequence again
-                    logits = model(ids[:, : width + 1], attention_mask=step_mask, num_logits_to_keep=1).logits[:, -1]
+                    logits = model(ids[:, : width + 1], attention_mask=step_mask,
+                                   num_logits_to_keep=1).logits[:, -1]
                 else:
                     logits = model(tokens[:, None], attention_mask=step_mask, cache=kv).logits[:, -1]
     t2 = time.perf_counter()
@@ -290,6 +283,22 @@ def _generate(model, prompt_ids, prompt_mask, config, G, generator, cache, stop_
     )
 
 
-def complete(model, tokenizer, prompts: list[str], config: SamplingConfig | None = None, **kwargs) -> list[str]:
+def token_chooser(config: SamplingConfig, check_removed: bool, return_logprobs: bool):
+    """The step's choice of the next tokens, the processors of `config` then one draw per row:
+    fn(logits (N, V), ids (N, L), attention_mask (N, L), width, generator) -> (tokens (N,), log-probs (N,)
+    or None), where the first `width` columns of ids and attention_mask are the context so far."""
+    if fast_paths.enabled():  # the same in fewer ops (sampling/fast.py); the code below is its definition
+        return fast.token_chooser(config, check_removed, return_logprobs)
+
+    def choose(logits, ids, attention_mask, width, generator):
+        scores = process_logits(logits, ids[:, :width], config, attention_mask[:, :width])
+        return sample_next_token(scores, config, generator, check_removed=check_removed,
+                                 return_logprobs=return_logprobs)
+
+    return choose
+
+
+def complete(model, tokenizer, prompts: list[str], config: SamplingConfig | None = None,
+             **kwargs) -> list[str]:
     """Convenience: text prompts in, decoded completions (EOS removed) out."""
     return generate(model, prompts, config, tokenizer=tokenizer, **kwargs).texts(tokenizer)

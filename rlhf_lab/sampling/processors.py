@@ -26,7 +26,6 @@ left-padded. How pad tokens are treated:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import torch
@@ -178,7 +177,8 @@ def apply_min_p(scores: torch.Tensor, min_p: float, min_tokens_to_keep: int = 1)
 # The chain
 
 
-def build_stages(config: SamplingConfig, attention_mask: torch.Tensor | None = None) -> list[tuple[str, Stage]]:
+def build_stages(config: SamplingConfig,
+                 attention_mask: torch.Tensor | None = None) -> list[tuple[str, Stage]]:
     """The active processing stages, in `model.generate`'s order, as (name, fn(scores, input_ids)).
 
     Stages that would be no-ops (penalty 1, top_k 0, top_p 1, min_p 0, temperature 1) are left out,
@@ -190,7 +190,8 @@ def build_stages(config: SamplingConfig, attention_mask: torch.Tensor | None = N
         stages.append(("repetition_penalty",
                        lambda s, ids: apply_repetition_penalty(s, ids, c.repetition_penalty, attention_mask)))
     if c.no_repeat_ngram_size > 0:
-        stages.append(("no_repeat_ngram", lambda s, ids: apply_no_repeat_ngram(s, ids, c.no_repeat_ngram_size)))
+        stages.append(("no_repeat_ngram",
+                       lambda s, ids: apply_no_repeat_ngram(s, ids, c.no_repeat_ngram_size)))
     if not c.do_sample:  # greedy stops here, as in HF: the warpers below never move the argmax
         return stages
     if c.temperature != 1.0:
@@ -245,8 +246,7 @@ def sample_next_token(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Pick one token per row from already processed scores (the output of `process_logits`).
 
-    Greedy: argmax. Sampling: draw from softmax(scores) with `generator`, by the exponential race that
-    torch.multinomial(probs, 1) runs (the same token for the same generator state).
+    Greedy: argmax. Sampling: one draw from softmax(scores) per row, `torch.multinomial`.
 
     Args:
         scores: (batch, vocab) processed scores; cast to float32 here.
@@ -267,52 +267,14 @@ def sample_next_token(
             "every token of some row was removed (all scores are -inf); no_repeat_ngram_size can ban the "
             "whole vocabulary on long sequences over a small vocab: lower it or set it to 0"
         )
-    if not config.do_sample:
-        tokens = scores.argmax(dim=-1)
-        if not return_logprobs:
-            return tokens, None
-        return tokens, F.log_softmax(scores, dim=-1).gather(1, tokens[:, None]).squeeze(1)
     logprobs_all = F.log_softmax(scores, dim=-1)  # (batch, vocab)
-    probs = logprobs_all.exp()  # softmax(scores), the distribution drawn from
-    # The exponential race: token = argmax_i p_i / E_i with E_i ~ Exp(1) independent. E_i / p_i is
-    # exponential with rate p_i, and the smallest of such clocks is clock i with probability p_i / sum p.
-    # It is how torch.multinomial draws one sample (same random numbers, same token), without its input
-    # checks, each a read back to the host.
-    race = exponential_like(probs, generator)  # the numbers empty_like(probs).exponential_() draws, sooner
-    tokens = (probs / race).argmax(dim=-1, keepdim=True)  # (batch, 1)
+    if config.do_sample:
+        tokens = torch.multinomial(logprobs_all.exp(), 1, generator=generator).squeeze(1)  # (batch,)
+    else:
+        tokens = scores.argmax(dim=-1)  # (batch,)
     if not return_logprobs:
-        return tokens.squeeze(1), None
-    return tokens.squeeze(1), logprobs_all.gather(1, tokens).squeeze(1)
-
-
-@functools.cache
-def uniform_gives_exponential() -> bool:
-    """Whether this torch build's CPU `exponential_` is -log(1 - u) of one float64 `uniform_` number per
-    element (checked on 4096 draws of a fixed seed: the same float32 numbers, the generator left in the
-    same state). Checked once per process; `exponential_like` takes the faster route only if so."""
-    one, other = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
-    expected = torch.empty(4096).exponential_(1.0, generator=one)
-    uniforms = torch.empty(4096, dtype=torch.float64).uniform_(generator=other)
-    return torch.equal(uniforms.neg().log1p().neg().float(), expected) and \
-        torch.equal(one.get_state(), other.get_state())
-
-
-def exponential_like(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Exp(1) numbers shaped like `probs`: the very ones `torch.empty_like(probs).exponential_(1.0,
-    generator=generator)` draws, in the same order, leaving the generator in the same state.
-
-    Why not call exponential_. On the CPU it turns one float64 uniform u per element into -log(1 - u) one
-    element at a time, ~20 ns each: at 64 rows x 58 tokens, the largest single cost of a sampled decoding
-    step after the model. Drawing those uniforms with `uniform_` in float64 and taking -log1p(-u) over the
-    whole tensor gives the same float32 numbers bit for bit, 2.4x sooner at (64, 58) and 2.8x at (256, 58)
-    with 1 thread (`python bench/exponential_draw.py`; bench/RESULTS.md, "Generation").
-    That equality is a property of torch's kernels, not a promise, so `uniform_gives_exponential` checks
-    it once per process; where it fails, on other devices and other dtypes, exponential_ runs itself.
-    """
-    if probs.device.type == "cpu" and probs.dtype == torch.float32 and uniform_gives_exponential():
-        uniforms = torch.empty(probs.shape, dtype=torch.float64).uniform_(generator=generator)
-        return uniforms.neg_().log1p_().neg_().float()
-    return torch.empty_like(probs).exponential_(1.0, generator=generator)
+        return tokens, None
+    return tokens, logprobs_all.gather(1, tokens[:, None]).squeeze(1)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -349,7 +311,9 @@ def explain_filters(
         input_ids_2d = torch.zeros(scores_2d.shape[0], 0, dtype=torch.long, device=scores.device)
     else:
         input_ids_2d = input_ids[None, :] if input_ids.dim() == 1 else input_ids
-    mask_2d = attention_mask[None, :] if attention_mask is not None and attention_mask.dim() == 1 else attention_mask
+    mask_2d = attention_mask
+    if attention_mask is not None and attention_mask.dim() == 1:
+        mask_2d = attention_mask[None, :]
 
     scores_2d = scores_2d.float()
     removed_at = torch.full(scores_2d.shape, -1, dtype=torch.long)  # index into stage_names, -1 = kept

@@ -3,19 +3,22 @@
     from rlhf_lab.viz import LiveDashboard
     trainer = Trainer(config, callbacks=[LiveDashboard()])    # or trainer.add_callback(LiveDashboard())
     trainer.train()
+    Trainer(config, callbacks=[LiveDashboard(view="full")])  # every panel
     sft = SFTTrainer(sft_config, tokenizer, callbacks=[LiveDashboard()])   # the SFT view
     sft.train()
 
-An RL trainer gets twelve panels (see plots.py): reward (mean, std band, min-max band), accuracy
-(rollout; held-out as markers), KL to the reference (k1, k3), entropy, clip fractions, completion
-length, truncation rate, time per step, and for the latest step the advantages, the rewards of each
-prompt group, and the token- and sequence-level importance ratios. An SFT trainer (its
+An RL trainer gets six large panels by default (`view="main"`, see plots.py): reward (mean, std band,
+min-max band), accuracy (held-out as dots, rollout as a line), KL to the reference (k1, k3; an isolated
+spike is marked instead of flattening the curve), entropy, and for the latest step the advantages and
+the rewards of each prompt group. A line under them says what the panels left out show in this run
+(on-policy: every importance ratio is exactly 1 and nothing is clipped). `view="full"` adds clip
+fractions, completion length, truncation rate, time per step and the token- and sequence-level
+importance ratios (twelve panels); there a panel with no information becomes a one-line note.
+`rlhf_lab.viz.DASHBOARD_GUIDE` says what healthy and failing curves look like. An SFT trainer (its
 `dashboard_kind` is "sft"; a trainer without the attribute is told by its history's columns) gets
 six: training loss, held-out accuracy, learning rate, gradient norm, time per step and throughput.
 A DPO trainer ("dpo") gets six: loss, implicit rewards, preference accuracy, the log-probs of the
-chosen and rejected completions, the held-out metrics and the gradient norm. The learner of a
-rollout/learner split ("split") gets six: accuracy, staleness, the queue and dropped rollouts, clip
-fractions, throughput, and a step's time (waiting for a rollout, sending weights).
+chosen and rejected completions, the held-out metrics and the gradient norm.
 The dashboard imports no trainer: it reads `history`, `config` and those attributes.
 
 Where the frames go:
@@ -26,7 +29,7 @@ Where the frames go:
 - Anywhere else (a script, the CLI, terminal IPython): PNG files in `png_dir`, Agg only, no display.
 `mode="notebook"|"png"` forces one.
 
-Cost. A redraw (twelve axes rendered by Agg, PNG-encoded) takes ~0.1-0.3 s on a laptop CPU, and a
+Cost. A redraw (six or twelve axes rendered by Agg, PNG-encoded) takes ~0.1-0.3 s on a laptop CPU, and a
 lab RL step ~0.5-1 s. A redraw happens at most every `refresh_every` steps, never sooner than
 `min_interval` seconds after the last one, and (the `max_overhead` guard) only after enough
 training that drawing adds at most that fraction to the run's time: after a redraw that took d
@@ -51,15 +54,7 @@ from matplotlib.figure import Figure
 
 from ..train.callbacks import Callback
 from ..util.validation import check_choice, check_number, check_optional
-from .plots import (
-    DEFAULT_FIGSIZE,
-    dashboard_kind,
-    draw_dashboard,
-    draw_dpo_dashboard,
-    draw_sft_dashboard,
-    draw_split_dashboard,
-    make_dashboard_axes,
-)
+from .plots import VIEWS, dashboard_figsize, dashboard_kind, draw_figure, make_dashboard_axes
 from .style import figure_png, in_notebook
 
 MODES = ("auto", "notebook", "png")
@@ -76,20 +71,23 @@ class LiveDashboard(Callback):
         mode: "auto" (notebook inside a Jupyter kernel, else png), "notebook" or "png".
         png_dir: where png mode writes `dashboard.png` (overwritten at each redraw).
         keep_frames: png mode also keeps every frame as `step_000040.png`.
-        figsize, dpi: size of the figure (inches; default 15 x 9 for RL, 13 x 6 for SFT) and of the image
-            (dots per inch).
+        view: "main" (six large panels for RL) or "full" (all twelve); SFT and DPO have six in both.
+        figsize, dpi: size of the figure (inches; default `plots.dashboard_figsize(kind, view)`, 13 x 8 for
+            the main RL view) and of the image (dots per inch).
         raise_errors: re-raise drawing errors instead of warning (for tests).
     """
 
     def __init__(self, refresh_every: int = 5, min_interval: float = 1.0, max_overhead: float | None = 0.1,
                  x: str = "step", mode: str = "auto", png_dir: str | Path = "dashboard_frames",
                  keep_frames: bool = False, figsize: tuple[float, float] | None = None, dpi: float = 72,
-                 raise_errors: bool = False) -> None:
+                 raise_errors: bool = False, view: str = "main") -> None:
         check_number("refresh_every", refresh_every, low=1, integer=True)
         check_number("min_interval", min_interval, low=0)  # seconds
-        check_optional(check_number, "max_overhead", max_overhead, low=0, high=1, low_open=True, high_open=True)
+        check_optional(check_number, "max_overhead", max_overhead, low=0, high=1, low_open=True,
+                       high_open=True)
         check_choice("x", x, ("step", "wall_time"))
         check_choice("mode", mode, MODES)
+        check_choice("view", view, VIEWS)
         self.refresh_every = refresh_every
         self.min_interval = min_interval
         self.max_overhead = max_overhead
@@ -99,12 +97,13 @@ class LiveDashboard(Callback):
         self.keep_frames = keep_frames
         self.dpi = dpi
         self.raise_errors = raise_errors
+        self.view = view
         # The figure is ours alone (no pyplot): nothing else shows it, closes it or redraws it.
         self.figsize = figsize
         self.kind = "rl"  # the panels the figure holds now; switched at the first draw for an SFT trainer
-        self.figure = Figure(figsize=figsize or DEFAULT_FIGSIZE[self.kind], dpi=dpi)
+        self.figure = Figure(figsize=figsize or dashboard_figsize(self.kind, view), dpi=dpi)
         FigureCanvasAgg(self.figure)
-        self.axes = make_dashboard_axes(self.figure, self.kind)
+        self.axes = make_dashboard_axes(self.figure, self.kind, view)
         self.distributions = None  # latest StepDistributions
         self.handle = None  # IPython DisplayHandle of the current train() call
         self.draw_times: list[float] = []  # seconds per redraw (render + PNG + display)
@@ -160,16 +159,8 @@ class LiveDashboard(Callback):
             kind = dashboard_kind(trainer, history)
             if kind != self.kind:
                 self._make_panels(kind)
-            if kind == "sft":
-                title = draw_sft_dashboard(self.axes, history, config, self.x)
-            elif kind == "dpo":
-                title = draw_dpo_dashboard(self.axes, history, config, self.x)
-            elif kind == "split":
-                title = draw_split_dashboard(self.axes, history, config, self.x)
-            else:
-                max_length = getattr(trainer, "max_completion_length", None)
-                title = draw_dashboard(self.axes, history, self.distributions, config, self.x, max_length)
-            self.figure.suptitle(title, fontsize=11)
+            max_length = getattr(trainer, "max_completion_length", None)
+            draw_figure(self.figure, self.axes, kind, history, self.distributions, config, self.x, max_length)
             step = int(history["step"].max()) if "step" in history.columns and len(history) else 0
             self._publish(step)
         except Exception as exc:  # a plot must never cost a training run
@@ -188,8 +179,8 @@ class LiveDashboard(Callback):
     def _make_panels(self, kind: str) -> None:
         """Replace the panels by those of `kind` (the same Figure, so a notebook's output keeps its place)."""
         self.figure.clear()
-        self.figure.set_size_inches(self.figsize or DEFAULT_FIGSIZE[kind])
-        self.axes = make_dashboard_axes(self.figure, kind)
+        self.figure.set_size_inches(self.figsize or dashboard_figsize(kind, self.view))
+        self.axes = make_dashboard_axes(self.figure, kind, self.view)
         self.kind = kind
 
     def _publish(self, step: int) -> None:

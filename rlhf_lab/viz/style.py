@@ -12,6 +12,7 @@ need a display. `show(fig)` puts a figure in a notebook once, as a small PNG, an
 from __future__ import annotations
 
 import io
+import re
 import sys
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -24,11 +25,14 @@ ALGO_COLORS: dict[str, str] = {
     "rloo": "#cc79a7",  # reddish purple
     "reinforce": "#e69f00",  # orange
     "remax": "#56b4e9",  # sky blue
-    # preference optimisation: Paul Tol's colour-blind-safe "muted" wine and teal (Okabe & Ito's set is used up)
+    # preference optimisation: Paul Tol's colour-blind-safe "muted" wine and teal (Okabe & Ito's are used up)
     "dpo": "#882255",  # wine
     "ipo": "#44aa99",  # teal
 }
-FALLBACK_COLORS = ("#000000", "#f0e442", "#7f7f7f", "#8c564b")  # runs whose name is no algorithm
+# Runs whose label names no algorithm, in this order: neutral colours first, so that such a run is never
+# read as an algorithm's (no yellow: it vanishes on white).
+FALLBACK_COLORS = ("#000000", "#7f7f7f", "#8c564b", "#332288", "#999933", "#117733", "#aa4499", "#661100",
+                   "#6699cc", "#888888", "#ddcc77")
 SFT_COLOR = "#000000"  # the SFT dashboard's curves: supervised learning is the baseline RL starts from
 
 KEPT_COLOR = "#4477aa"  # a token the sampling filters keep
@@ -58,7 +62,11 @@ METRIC_LABELS: dict[str, str] = {
     "clip_frac_high": "clipped at 1+eps (fraction of tokens)",
     "clip_frac": "clipped (fraction of tokens)",
     "ratio_mean": "token ratio pi/pi_old (mean)",
+    "ratio_min": "token ratio pi/pi_old (min)",
+    "ratio_max": "token ratio pi/pi_old (max)",
     "seq_ratio_mean": "sequence ratio (mean)",
+    "seq_ratio_min": "sequence ratio (min)",
+    "seq_ratio_max": "sequence ratio (max)",
     "adv_mean": "advantage (mean)",
     "adv_std": "advantage (std)",
     "completion_len_mean": "completion length (tokens)",
@@ -66,11 +74,17 @@ METRIC_LABELS: dict[str, str] = {
     "truncation_rate": "truncated, no EOS (fraction)",
     "policy_loss": "policy loss",
     "value_loss": "value loss",
+    "value_clip_frac": "value clipped (fraction of tokens)",
     "explained_variance": "explained variance of the critic",
+    "kl_penalty": "KL penalty in the reward (nats/token)",
     "kl_coef": "KL coefficient",
     "grad_norm": "gradient norm (before clipping)",
     "lr": "learning rate",
     "tokens_per_s": "throughput (completion tokens/s)",
+    "num_rollout_rows": "completions per step",
+    "sampled_zero_std_frac": "zero-variance groups sampled (fraction)",
+    "mem_params_bytes": "parameter memory (bytes)",
+    "mem_optimizer_bytes": "optimiser memory (bytes)",
     "mem_peak_bytes": "peak memory (bytes)",
     # DPO (TRL's names): implicit rewards beta * log(pi / pi_ref) and sequence log-probs
     "rewards/chosen": "implicit reward of chosen",
@@ -81,7 +95,76 @@ METRIC_LABELS: dict[str, str] = {
     "logps/rejected": "log pi(rejected) (nats per completion)",
     "eval_gold_reward": "held-out gold reward (mean, greedy)",
     "eval_rewards/accuracies": "held-out pairs ranked right (fraction)",
+    "eval_rewards/margins": "held-out implicit reward margin",
+    "eval_logps/chosen": "held-out log pi(chosen) (nats per completion)",
+    "eval_logps/rejected": "held-out log pi(rejected) (nats per completion)",
     "pairs": "pairs per step",
+    # reward models (preferences/reward_model.py)
+    "batch_accuracy": "pairs ranked right in the batch (fraction)",
+    "train_accuracy": "training pairs ranked right (fraction)",
+    "eval_gold_accuracy": "held-out pairs ranked as the gold does (fraction)",
+}
+
+# Plot titles in words, keyed like METRIC_LABELS: a learner reads "Clipped tokens", not `clip_frac`.
+METRIC_TITLES: dict[str, str] = {
+    "wall_time": "Training time",
+    "step_time": "Time per step",
+    "loss": "Training loss",
+    "rollout_time": "Time spent sampling",
+    "update_time": "Time spent on the update",
+    "reward_mean": "Mean reward",
+    "reward_std": "Spread of the rewards (std)",
+    "reward_min": "Lowest reward",
+    "reward_max": "Highest reward",
+    "frac_zero_std_groups": "Groups with equal rewards",
+    "sampled_zero_std_frac": "Sampled groups with equal rewards",
+    "accuracy": "Accuracy of the sampled answers",
+    "eval_accuracy": "Held-out accuracy (greedy)",
+    "kl_k1": "KL to the reference (k1)",
+    "kl_k3": "KL to the reference (k3)",
+    "entropy": "Policy entropy",
+    "clip_frac_low": "Tokens clipped below (ratio < 1 - eps)",
+    "clip_frac_high": "Tokens clipped above (ratio > 1 + eps)",
+    "clip_frac": "Clipped tokens",
+    "ratio_mean": "Mean token importance ratio",
+    "ratio_min": "Smallest token importance ratio",
+    "ratio_max": "Largest token importance ratio",
+    "seq_ratio_mean": "Mean sequence importance ratio",
+    "seq_ratio_min": "Smallest sequence importance ratio",
+    "seq_ratio_max": "Largest sequence importance ratio",
+    "adv_mean": "Mean advantage",
+    "adv_std": "Spread of the advantages (std)",
+    "completion_len_mean": "Answer length",
+    "completion_len_max": "Longest answer",
+    "truncation_rate": "Answers cut at the length budget",
+    "policy_loss": "Policy loss",
+    "value_loss": "Critic (value) loss",
+    "value_clip_frac": "Clipped value predictions",
+    "explained_variance": "How much of the return the critic explains",
+    "kl_penalty": "KL penalty in the reward",
+    "kl_coef": "KL coefficient",
+    "grad_norm": "Gradient norm",
+    "lr": "Learning rate",
+    "tokens_per_s": "Throughput",
+    "num_rollout_rows": "Completions per step",
+    "mem_params_bytes": "Parameter memory",
+    "mem_optimizer_bytes": "Optimiser memory",
+    "mem_peak_bytes": "Peak memory",
+    "rewards/chosen": "Implicit reward of the chosen answer",
+    "rewards/rejected": "Implicit reward of the rejected answer",
+    "rewards/margins": "Implicit reward margin",
+    "rewards/accuracies": "Pairs ranked right",
+    "logps/chosen": "Log-probability of the chosen answer",
+    "logps/rejected": "Log-probability of the rejected answer",
+    "eval_gold_reward": "Held-out gold reward",
+    "eval_rewards/accuracies": "Held-out pairs ranked right",
+    "eval_rewards/margins": "Held-out implicit reward margin",
+    "eval_logps/chosen": "Held-out log-probability of chosen",
+    "eval_logps/rejected": "Held-out log-probability of rejected",
+    "pairs": "Pairs per step",
+    "batch_accuracy": "Batch pairs ranked right",
+    "train_accuracy": "Training pairs ranked right",
+    "eval_gold_accuracy": "Held-out pairs ranked as the gold does",
 }
 
 
@@ -89,15 +172,37 @@ def metric_label(name: str) -> str:
     return METRIC_LABELS.get(name, name.replace("_", " "))
 
 
+def metric_title(name: str) -> str:
+    """A plot title in words for a history column ("clip_frac" -> "Clipped tokens"); an unknown column
+    gets its name with spaces for "_" and "/"."""
+    if name in METRIC_TITLES:
+        return METRIC_TITLES[name]
+    words = re.sub(r"[_/]+", " ", name).strip()
+    return words[:1].upper() + words[1:]
+
+
+def algo_of(name: str | None) -> str | None:
+    """The algorithm a run label names ("grpo beta=0.04" -> "grpo", "gspo-token" -> "gspo"), or None."""
+    if not name:
+        return None
+    key = str(name).lower()
+    if key in ALGO_COLORS:
+        return key
+    for algo in sorted(ALGO_COLORS, key=len, reverse=True):  # "gspo-token" -> gspo, not "ppo"
+        if key.startswith(algo):
+            return algo
+    return None
+
+
 def algo_color(name: str | None, index: int = 0) -> str:
-    """The colour of an algorithm; a run label such as "grpo beta=0.04" gets its algorithm's colour."""
-    if name:
-        key = str(name).lower()
-        if key in ALGO_COLORS:
-            return ALGO_COLORS[key]
-        for algo in sorted(ALGO_COLORS, key=len, reverse=True):  # "gspo-token" -> gspo, not "ppo"
-            if key.startswith(algo):
-                return ALGO_COLORS[algo]
+    """The colour of an algorithm; a run label such as "grpo beta=0.04" gets its algorithm's colour.
+
+    A label that names no algorithm gets FALLBACK_COLORS[index] (cycled). For several runs on one plot
+    use `plots.run_colors`, which never gives two runs the same colour.
+    """
+    algo = algo_of(name)
+    if algo is not None:
+        return ALGO_COLORS[algo]
     return FALLBACK_COLORS[index % len(FALLBACK_COLORS)]
 
 
@@ -153,7 +258,10 @@ def show(fig: Figure, dpi: float = 80) -> None:
         pyplot.close(fig)
 
 
-def note(ax, text: str, fontsize: float = 9) -> None:
+MIN_FONT_SIZE = 9  # points: the smallest type of any figure, so that it stays readable at notebook width
+
+
+def note(ax, text: str, fontsize: float = MIN_FONT_SIZE) -> None:
     """Centred grey message in an axes that has nothing (yet) to plot."""
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=fontsize,
             color="#555555", wrap=True)

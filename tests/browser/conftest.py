@@ -121,7 +121,7 @@ def lab(tmp_path_factory):
     home = tmp_path_factory.mktemp("lab")
     root = home / "root"
     root.mkdir()
-    for notebook in NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"):
+    for notebook in NOTEBOOK_DIR.glob("[0-9][0-9]*_*.ipynb"):
         shutil.copy(notebook, root / notebook.name)
     write_lab_settings(home / "settings")
     env = dict(os.environ, RLHF_LAB_FAST="1", JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),

@@ -20,7 +20,7 @@ import time
 import lab_ui as ui
 import pytest
 
-NOTEBOOKS = sorted(p.name for p in ui.NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted(p.name for p in ui.NOTEBOOK_DIR.glob("[0-9][0-9]*_*.ipynb"))
 DASHBOARD_CELL = "callbacks=[LiveDashboard("  # the source text that finds 00_welcome's GRPO cell
 MIN_FRAME_CHANGES = 3
 STOP_MESSAGE = re.compile(r"Training interrupted after step (\d+); model and history are intact")
