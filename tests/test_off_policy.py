@@ -8,11 +8,12 @@ import math
 import pytest
 import torch
 
-from rlhf_lab.rl import GRPO, PPO, Rollout, make_config
+from rlhf_lab.rl import GRPO, PPO, Rollout, Trainer, make_config
 from rlhf_lab.rl.off_policy import (
     CORRECTIONS,
     behaviour_log_ratio,
     correct,
+    corrected_minibatch,
     importance_weights,
     level_log_ratio,
 )
@@ -91,7 +92,12 @@ def test_a_wild_ratio_cannot_overflow():
     assert torch.isfinite(weight).all() and weight[0, 1].item() == pytest.approx(math.exp(20), rel=1e-6)
 
 
-# --- the corrections inside the losses -------------------------------------------------------------
+# --- the corrections in front of the losses ---------------------------------------------------------
+
+
+def corrected_loss(algorithm, rollout, policy):
+    """What Trainer.minibatch_step computes: the correction, then the algorithm's own loss."""
+    return algorithm.loss(corrected_minibatch(rollout, policy.logprobs, algorithm.config), policy)
 
 
 def minibatch(advantage: float) -> tuple[Rollout, PolicyOutput]:
@@ -121,7 +127,7 @@ def test_grpo_loss_with_each_correction(correction, cap, expected):
     """A = 2 on the three tokens of row 0, loss_type grpo (the completion's token mean), eps = 0.2."""
     algorithm = GRPO(make_config("grpo", off_policy=correction, off_policy_cap=cap))
     rollout, policy = minibatch(2.0)
-    loss, info = algorithm.loss(rollout, policy)
+    loss, info = corrected_loss(algorithm, rollout, policy)
     assert loss.item() == pytest.approx(expected, rel=1e-6)
     loss.backward()
     assert policy.logprobs.grad.abs().sum() > 0 or correction == "naive"
@@ -134,7 +140,7 @@ def test_ppo_loss_takes_the_same_corrections():
     for correction in ("none", "decoupled", "mis"):
         # critic="head": the values are the policy forward's own (given here), no critic model is built
         algorithm = PPO(make_config("ppo", off_policy=correction, off_policy_cap=1.5, vf_coef=0.0))
-        losses[correction] = algorithm.loss(rollout, policy)[0].item()
+        losses[correction] = corrected_loss(algorithm, rollout, policy)[0].item()
     expected = {"none": -2.0, "decoupled": -(2.0 + 0.5 + 1.0) * 2 / 3, "mis": -2.0}
     assert losses == pytest.approx(expected, rel=1e-6)
 
@@ -155,8 +161,8 @@ def test_every_correction_is_the_plain_loss_when_mu_is_the_learner():
                           finished=torch.ones(4, dtype=torch.bool),
                           num_generations=2, max_completion_length=5, sampling_logprobs=prox.clone(),
                           advantages=advantages)
-        loss, _ = GRPO(make_config("grpo", off_policy=correction)).loss(
-            rollout, PolicyOutput(logprobs=logprobs, entropy=None, values=None))
+        loss, _ = corrected_loss(GRPO(make_config("grpo", off_policy=correction)), rollout,
+                                 PolicyOutput(logprobs=logprobs, entropy=None, values=None))
         loss.backward()
         results[correction] = (loss.detach(), logprobs.grad)
     for correction, (loss, grad) in results.items():
@@ -172,3 +178,21 @@ def test_every_correction_is_the_plain_loss_when_mu_is_the_learner():
 def test_bad_correction_settings_name_the_field(field, value, message):
     with pytest.raises(ValueError, match=message):
         make_config("grpo", **{field: value})
+
+
+def test_the_trainer_corrects_every_minibatch_before_the_loss():
+    """With the behaviour log-probs one nat below the learner's (r = e for every token), MIS with C = 2
+    masks every token: the trainer's step sees a zero loss and leaves the weights alone; without a
+    correction the same step learns."""
+    losses = {}
+    for correction in ("none", "mis"):
+        trainer = Trainer(make_config("grpo", prompts_per_step=4, eval_every=0, off_policy=correction))
+        rollout = trainer.collect_rollout(with_reference=False)
+        trainer.compute_advantages(rollout)
+        rollout.sampling_logprobs = rollout.sampling_logprobs - 1.0
+        before = [p.detach().clone() for p in trainer.trainable_parameters()]
+        info, grad_norm, _ = trainer.minibatch_step(rollout)
+        moved = any(not torch.equal(a, b) for a, b in zip(before, trainer.trainable_parameters()))
+        losses[correction] = (info.policy_loss, grad_norm, moved)
+    assert losses["mis"] == (0.0, 0.0, False)
+    assert losses["none"][1] > 0 and losses["none"][2]

@@ -16,6 +16,9 @@ data-parallel learners, and the rollout/trainer mismatch.
 | `learner.py` | `AsyncTrainer`: a `Trainer` fed by the rollout tier |
 | `ddp.py` | data-parallel learners: the loss scale that makes shards add up to the full batch |
 | `mismatch.py` | the rollout copy in bf16 / fp16 / int8 KV against the fp32 learner |
+| `measure.py` | throughput and sync measurements shared by bench/distributed.py and notebook 16 |
+| `workloads.py` | a reward that takes time: where overlapping sampling with training pays |
+| `__main__.py` | `python -m rlhf_lab.distributed --rank R ...`: one rollout process |
 
 The corrections for stale or mismatched rollouts (naive, decoupled, TIS, MIS) are in
 `rlhf_lab.rl.off_policy`: they are part of the loss, whoever samples.

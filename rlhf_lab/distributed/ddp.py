@@ -30,6 +30,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from ..rl.off_policy import corrected_minibatch
 from ..rl.rollout import Rollout
 from ..util.validation import check_number
 from .config import check_divides, free_port
@@ -68,6 +69,7 @@ class ShardLoss(torch.nn.Module):
 
     def forward(self, shard: Rollout, scale: float) -> torch.Tensor:
         policy = self.trainer.policy_outputs(shard)
+        shard = corrected_minibatch(shard, policy.logprobs, self.trainer.config)  # as Trainer.minibatch_step
         loss, _ = self.trainer.algorithm.loss(shard, policy)
         return loss * scale
 

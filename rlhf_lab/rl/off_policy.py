@@ -1,6 +1,7 @@
 """Corrections for rollouts the learner did not sample itself: stale (asynchronous RL) or mismatched
-(a rollout engine in another precision or with other kernels). Pure functions; the losses of
-policy_gradient.py and ppo.py apply them (config.off_policy, off_policy_level, off_policy_cap).
+(a rollout engine in another precision or with other kernels). Pure functions, and
+`corrected_minibatch`, which the trainer applies to every minibatch before the algorithm's loss
+(config.off_policy, off_policy_level, off_policy_cap), so any algorithm takes them unchanged.
 
 Three policies, not two. A token a was sampled by the behaviour policy mu (the rollout copy, version
 v, its own precision); the learner recomputes pi_prox, its weights at the start of this update (the
@@ -15,7 +16,9 @@ usual pi_old); pi_theta is being trained. With the behaviour ratio r = pi_prox(a
     mis        w = 1 but tokens with r outside [1/C, C] leave the loss, numerator and denominator:
                masked importance sampling (verl's rejection sampling)
 
-Each weight has no gradient. `level` says which r: "token" (each token's own), "sequence" (the
+Each weight has no gradient. A weight w >= 0 factors out of the clipped surrogate,
+w * min(rho A, clip(rho) A) = min(rho (w A), clip(rho) (w A)), and out of -rho A: so a weight is applied
+as w * A, and a mask as the completion mask; the algorithm's own loss is not touched. `level` says which r: "token" (each token's own), "sequence" (the
 product over the completion, prod_t r_t) or "geometric" (its geometric mean, exp(mean_t log r_t), the
 length normalisation GSPO uses), the sequence values given to every token of the completion. At
 staleness 0 in exact arithmetic mu = pi_prox, r = 1, and every correction is ordinary PPO / GRPO.
@@ -23,6 +26,7 @@ staleness 0 in exact arithmetic mu = pi_prox, r = 1, and every correction is ord
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -96,3 +100,22 @@ def correct(prox_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor | None
     log_ratio = behaviour_log_ratio(prox_logprobs, behaviour_logprobs)
     weight, kept = importance_weights(log_ratio, mask, correction, level, cap)
     return Correction(prox_logprobs, weight, kept)
+
+
+def corrected_minibatch(minibatch, logprobs: torch.Tensor, config):
+    """The minibatch the algorithm's loss sees under `config.off_policy` (a Rollout, the same one for
+    "none"). logprobs: (N, T) log pi_theta of this minibatch, whose detached value is pi_prox when no
+    pi_old was stored (on-policy: the weights before this update are the current ones).
+
+        naive      old_logprobs = log mu
+        decoupled  old_logprobs = log pi_prox, advantages = w * A      tis: the same with min(w, C)
+        mis        old_logprobs = log pi_prox, completion_mask = the tokens with 1/C <= r <= C
+    """
+    if config.off_policy == "none":
+        return minibatch
+    prox = minibatch.old_logprobs if minibatch.old_logprobs is not None else logprobs.detach()
+    fix = correct(prox, minibatch.sampling_logprobs, minibatch.completion_mask, config.off_policy,
+                  config.off_policy_level, config.off_policy_cap)
+    advantages = minibatch.advantages if fix.weight is None else minibatch.advantages * fix.weight
+    return dataclasses.replace(minibatch, old_logprobs=fix.old_logprobs, advantages=advantages,
+                               completion_mask=fix.mask)

@@ -11,10 +11,6 @@ minimises the same surrogate. With r_i the reward of completion o_i and rho the 
     loss    = aggregate(loss_it)      loss_type: grpo (token mean per sequence, then mean) | bnpo
                                                  | dr_grpo | dapo
 
-A rollout sampled by another copy of the policy (stale, or in another precision) takes one of the
-corrections of off_policy.py (config.off_policy): mu in place of pi_old (naive), or a no-gradient
-weight w_it on loss_it (decoupled, tis), or fewer tokens in the aggregate (mis).
-
 On-policy (one pass, one minibatch) the policy that sampled is the one being updated, so
 pi_old = pi_theta.detach(): rho is exactly 1 with a live gradient, the clip never acts, and the
 gradient is -(1/N) sum_i A_i (1/|o_i|) sum_t grad log pi(o_it): REINFORCE, the same gradient as the
@@ -33,7 +29,6 @@ from .algorithm import Algorithm, LossInfo, broadcast_to_tokens
 from .config import RLConfig
 from .kl import kl_k3
 from .losses import LOSS_TYPES, aggregate, clipped_surrogate, token_log_ratio
-from .off_policy import correct
 
 
 @dataclass
@@ -72,18 +67,13 @@ class PolicyGradient(Algorithm):
 
     def loss(self, minibatch, policy):
         c, mask, advantages = self.config, minibatch.completion_mask, minibatch.advantages
-        # pi_old, or with a rollout sampled elsewhere (off_policy.py): mu for naive, a weight or a mask
-        fix = correct(self.old_logprobs(minibatch, policy), minibatch.sampling_logprobs, mask, c.off_policy,
-                      c.off_policy_level, c.off_policy_cap)
-        old_logprobs, mask = fix.old_logprobs, fix.mask
+        old_logprobs = self.old_logprobs(minibatch, policy)
         ratio = self.importance_ratio(policy.logprobs, old_logprobs, mask)
         if c.clip:
             per_token, clipped_low, clipped_high = clipped_surrogate(ratio, advantages, c.eps_low, c.eps_high)
         else:  # same value as -A on-policy, gradient A * grad log pi (REINFORCE)
             per_token = -ratio * advantages
             clipped_low = clipped_high = torch.zeros_like(mask, dtype=torch.bool)
-        if fix.weight is not None:  # w * min(rho A, clip(rho) A)
-            per_token = per_token * fix.weight
         # Dr. GRPO's constant: the generation budget
         length = minibatch.max_completion_length or mask.shape[1]
         policy_loss = aggregate(per_token, mask, c.loss_type, max_completion_length=length)

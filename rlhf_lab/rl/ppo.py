@@ -30,7 +30,6 @@ from .algorithm import Algorithm, LossInfo
 from .config import RLConfig
 from .kl import KL_ESTIMATORS, AdaptiveKLController, FixedKLController
 from .losses import clipped_surrogate, clipped_value_loss, explained_variance, masked_mean, token_log_ratio
-from .off_policy import correct
 from .rollout import policy_forward
 
 
@@ -135,22 +134,17 @@ class PPO(Algorithm):
 
     def loss(self, minibatch, policy):
         c, mask = self.config, minibatch.completion_mask
-        # a rollout sampled elsewhere (off_policy.py): mu for naive, a weight or a mask on the policy loss
-        fix = correct(minibatch.old_logprobs, minibatch.sampling_logprobs, mask, c.off_policy,
-                      c.off_policy_level, c.off_policy_cap)
-        ratio = torch.exp(token_log_ratio(policy.logprobs, fix.old_logprobs))  # rho_t
+        ratio = torch.exp(token_log_ratio(policy.logprobs, minibatch.old_logprobs))  # rho_t
         advantages = minibatch.advantages
         per_token, clipped_low, clipped_high = clipped_surrogate(ratio, advantages, c.eps_low, c.eps_high)
-        if fix.weight is not None:  # w * min(rho A, clip(rho) A)
-            per_token = per_token * fix.weight
-        policy_loss = masked_mean(per_token, fix.mask)
+        policy_loss = masked_mean(per_token, mask)
         values = self.critic_values(minibatch, policy)
         value_loss, value_clip_fraction = clipped_value_loss(
             values, minibatch.old_values, minibatch.returns, mask, c.cliprange_value
         )
         loss = policy_loss + c.vf_coef * value_loss
         explained = float(explained_variance(values.detach(), minibatch.returns, mask))
-        report = LossInfo.of(policy_loss, ratio, clipped_low, clipped_high, fix.old_logprobs, minibatch,
+        report = LossInfo.of(policy_loss, ratio, clipped_low, clipped_high, minibatch.old_logprobs, minibatch,
                              policy, value_loss=value_loss.item(), explained_variance=explained,
                              value_clip_fraction=float(value_clip_fraction))
         return loss, report
