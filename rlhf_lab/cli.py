@@ -98,20 +98,22 @@ def sft_history_file(name: str) -> str:
 
 def run_sft(args: argparse.Namespace) -> int:
     import dataclasses
-    import shutil
 
     from .checkpoints import CHECKPOINT_DIR
-    from .checkpoints.presets import PRESETS, build_checkpoint, get_preset, write_readme
+    from .checkpoints.presets import PRESETS, get_preset
     from .runs.experiments import (
         RUN_FILE,
         STATE_FOLDER,
         output_folder,
         prepare_output_folder,
         removed_if_refused,
+        run_record,
     )
     from .sft import SFTConfig
-    from .train.run_state import has_state
-    from .util.atomic import FolderLock, signals_deferred, write_text_atomic
+    from .tasks import get_task
+    from .text.tokenizer import default_tokenizer
+    from .util.atomic import FolderLock
+    from .util.device import pick_device
 
     check_number("save_every", args.save_every, low=0, integer=True)
     _set_threads(args)
@@ -127,39 +129,70 @@ def run_sft(args: argparse.Namespace) -> int:
         overrides = {key: value for key, value in overrides.items() if value is not None} | _set_values(args.set)
     check_known("SFTConfig", overrides, {f.name for f in dataclasses.fields(SFTConfig)})
     for name in names:  # bad settings raise here, before anything is written
-        dataclasses.replace(get_preset(name).sft, **overrides)
+        config = dataclasses.replace(get_preset(name).sft, **overrides)
+        pick_device(config.device)
+        get_task(config.task, **config.task_params).check_tokenizer(
+            default_tokenizer(), "a model with its own BPE tokenizer: `python -m rlhf_lab train --model DIR`")
     outputs = (RUN_FILE, STATE_FOLDER, *names, *map(sft_history_file, names))
     with FolderLock(out), removed_if_refused(out):
         finished = [name for name in names if (out / name).exists()]
         if finished and not (args.resume or args.overwrite or (out / RUN_FILE).exists()):
             raise ValueError(f"{out} already holds the checkpoint(s) {', '.join(finished)}; pass --overwrite to "
                              "retrain them, or choose another --out")
+        for name in finished:  # what a build replaces must be a checkpoint this command wrote
+            check_preset_folder(out / name, name)
         prepare_output_folder(out, outputs, resume=bool(args.resume), overwrite=args.overwrite,
-                              kept=("README.md", *PRESETS, *map(sft_history_file, PRESETS)))
-        with signals_deferred():
-            write_text_atomic(out / RUN_FILE, json.dumps({"command": "sft", "presets": names, "overrides": overrides},
-                                                         indent=2) + "\n")
-        for name in names:
-            state = out / STATE_FOLDER / name
-            if args.resume and (out / name / "config.json").is_file() and not has_state(state):
-                print(f"{name}: finished before the stop -> {out / name}")
-                continue  # its checkpoint was written, then its state removed
-            meta = build_checkpoint(name, out_dir=out, progress=not args.quiet, state_dir=state,
-                                    save_every=args.save_every, history_path=out / sft_history_file(name),
-                                    resume_hint=f"It is saved in {state}; continue with: "
-                                                f"python -m rlhf_lab sft --resume {out}",
-                                    **overrides)
-            with signals_deferred():
-                shutil.rmtree(state)  # the checkpoint holds the result; the state is only for resuming
-            low, high = meta["accuracy_band"]
-            verdict = "in band" if meta["in_band"] else "OUTSIDE the band"
-            print(f"{name}: held-out accuracy {meta['accuracy']:.1%} ({verdict} [{low:.0%}, {high:.0%}]) after "
-                  f"{meta['steps']} steps, {meta['train_seconds']:.0f} s -> {out / name}")
-        print(f"wrote {write_readme(out)}")
-        with signals_deferred():  # done: the folder holds checkpoints, no run to resume
-            shutil.rmtree(out / STATE_FOLDER, ignore_errors=True)
-            (out / RUN_FILE).unlink()
+                              kept=("README.md", *PRESETS, *map(sft_history_file, PRESETS)), command="sft")
+        with run_record(out, {"command": "sft", "presets": names, "overrides": overrides}, bool(args.resume)):
+            _build_presets(args, out, names, overrides)
     return 0
+
+
+def check_preset_folder(folder: Path, name: str) -> None:
+    """Raise ValueError unless `folder` is the checkpoint `sft --preset name` wrote (its config.json
+    says so): --overwrite replaces such a folder whole, so it must hold nothing of the user's."""
+    from .checkpoints import CheckpointError
+    from .model.hf import read_config
+
+    try:
+        written_by = (read_config(folder).get("rlhf_lab") or {}).get("name")
+    except CheckpointError:
+        written_by = None
+    if written_by != name:
+        raise ValueError(f"{folder} is not the checkpoint `sft --preset {name}` wrote (its config.json does "
+                         "not name that preset), and --overwrite replaces only what the lab wrote; move it "
+                         "away or choose another --out")
+
+
+def _build_presets(args: argparse.Namespace, out: Path, names: list[str], overrides: dict) -> None:
+    """run_sft's work once the folder is prepared and run.json written: each preset, then the README."""
+    import shutil
+
+    from .checkpoints.presets import build_checkpoint, write_readme
+    from .runs.experiments import RUN_FILE, STATE_FOLDER
+    from .train.run_state import has_state
+    from .util.atomic import signals_deferred
+
+    for name in names:
+        state = out / STATE_FOLDER / name
+        if args.resume and (out / name / "config.json").is_file() and not has_state(state):
+            print(f"{name}: finished before the stop -> {out / name}")
+            continue  # its checkpoint was written, then its state removed
+        meta = build_checkpoint(name, out_dir=out, progress=not args.quiet, state_dir=state,
+                                save_every=args.save_every, history_path=out / sft_history_file(name),
+                                resume_hint=f"It is saved in {state}; continue with: "
+                                            f"python -m rlhf_lab sft --resume {out}",
+                                **overrides)
+        with signals_deferred():
+            shutil.rmtree(state)  # the checkpoint holds the result; the state is only for resuming
+        low, high = meta["accuracy_band"]
+        verdict = "in band" if meta["in_band"] else "OUTSIDE the band"
+        print(f"{name}: held-out accuracy {meta['accuracy']:.1%} ({verdict} [{low:.0%}, {high:.0%}]) after "
+              f"{meta['steps']} steps, {meta['train_seconds']:.0f} s -> {out / name}")
+    print(f"wrote {write_readme(out)}")
+    with signals_deferred():  # done: the folder holds checkpoints, no run to resume
+        shutil.rmtree(out / STATE_FOLDER, ignore_errors=True)
+        (out / RUN_FILE).unlink()
 
 
 # ------------------------------------------------------------------------------------- train / compare
@@ -230,7 +263,7 @@ def _resume_settings(args: argparse.Namespace, command: str, fixed=("seed", "ini
                      changeable=RESUME_OPTIONS) -> tuple[Path, dict]:
     """(folder, its run.json) for --resume DIR, refusing the options in `fixed` (those that would make
     it another run; only `changeable` ones may differ)."""
-    from .runs.experiments import RUN_FILE, output_folder
+    from .runs.experiments import RUN_FILE, output_folder, read_run
 
     given = [f"--{name.replace('_', '-')}" for name in fixed if getattr(args, name, None) not in (None, [])]
     given += ["--out"] if args.out and Path(args.out) != Path(args.resume) else []
@@ -241,10 +274,26 @@ def _resume_settings(args: argparse.Namespace, command: str, fixed=("seed", "ini
     path = folder / RUN_FILE
     if not path.is_file():
         raise ValueError(f"--resume: {folder} holds no run ({RUN_FILE} not found)")
-    run = json.loads(path.read_text())
-    if run.get("command") != command:
-        raise ValueError(f"--resume: {folder} holds a `{run.get('command')}` run, not a `{command}` run")
+    run = read_run(folder)
+    if run["command"] != command:
+        raise ValueError(f"--resume: {folder} holds a `{run['command']}` run, not a `{command}` run")
+    for key, kind, what in RUN_ENTRIES[command]:
+        if not isinstance(run.get(key), kind) or isinstance(run.get(key), bool):
+            raise ValueError(f"--resume: {path} has no {key!r} entry ({what}), so the run cannot be "
+                             "continued; start it again with --overwrite")
+    if command == "train" and not isinstance(run["config"].get("algo"), str):
+        raise ValueError(f"--resume: {path} names no algorithm (config.algo); start the run again with "
+                         "--overwrite")
     return folder, run
+
+
+# What each command's run.json holds, and so what --resume reads: (key, type, what it is).
+RUN_ENTRIES = {
+    "train": (("config", dict, "the run's settings"),),
+    "compare": (("algos", list, "the algorithms"), ("target", (int, float), "the target accuracy"),
+                ("overrides", dict, "the settings")),
+    "sft": (("presets", list, "the presets"), ("overrides", dict, "the settings")),
+}
 
 
 def _changes(args: argparse.Namespace, options=RESUME_OPTIONS) -> dict:
@@ -360,13 +409,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(message) -> str:
+    """An error message on one line (a library's own message may span several)."""
+    return " ".join(str(message).split())
+
+
+def describe_os_error(error: OSError, args: argparse.Namespace) -> str:
+    """One line for an OSError: which file or folder, what is wrong, what to do (and, when the
+    folder holds a run, how to continue it)."""
+    import errno
+
+    from .runs.experiments import RUN_FILE
+
+    if error.errno is None:  # a message of the lab's own (FolderLock: the folder is not writable)
+        return str(error)
+    if error.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG):  # EDQUOT: POSIX
+        todo = "free some space"
+    elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        todo = "choose a folder you can write to"
+    elif error.errno == errno.ENOENT:
+        todo = "check the path"
+    else:
+        todo = "check the file and the disk"
+    out = getattr(args, "resume", None) or getattr(args, "out", None)
+    if out and (Path(out) / RUN_FILE).is_file():
+        todo += f", then continue the run: python -m rlhf_lab {args.command} --resume {out}"
+    return f"{error.filename or 'a file'}: {error.strerror or error}; {todo}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse `argv` (default: sys.argv[1:]) and run the command. Invalid settings, a folder in use or
-    not writable exit with status 2; SIGINT / SIGTERM stop cleanly with status 130 (a training run
-    saves first, see rlhf_lab.train.run_state)."""
+    not writable exit with status 2, a file that cannot be written or read (a full disk) with 1, each
+    with a one-line message; SIGINT / SIGTERM stop cleanly with status 130 (a training run saves
+    first, see rlhf_lab.train.run_state)."""
+    import warnings
+
     from .util.atomic import FolderInUseError, StopSignals
 
     args = None
+    shown = warnings.showwarning
     try:
         with StopSignals() as stop:  # installed before torch is imported: a Ctrl-C at any moment exits cleanly
             try:
@@ -378,10 +459,18 @@ def main(argv: list[str] | None = None) -> int:
                 args = parser.parse_args(argv)
                 if args.command in TRAINING_COMMANDS:
                     keep_freed_memory()  # process-wide allocator tuning, opt-in here (util/allocator.py)
+                warnings.showwarning = lambda message, *rest, **kw: print(  # one line, no source line
+                    f"{parser.prog} {args.command}: warning: {message}", file=sys.stderr)
                 return COMMANDS[args.command](args)
-            except (ValueError, FolderInUseError, PermissionError) as error:
-                # validation names the field and allowed values; a folder in use or not writable says so
-                parser.exit(2, f"{parser.prog} {args.command}: error: {error}\n")
+            except (ValueError, FolderInUseError) as error:
+                # validation names the field and allowed values; a folder in use says so
+                parser.exit(2, f"{parser.prog} {args.command}: error: {one_line(error)}\n")
+            except OSError as error:  # a folder not writable, a full disk, a file that cannot be read
+                code = 2 if isinstance(error, PermissionError) and error.errno is None else 1
+                message = one_line(describe_os_error(error, args))
+                parser.exit(code, f"{parser.prog} {args.command}: error: {message}\n")
+            finally:
+                warnings.showwarning = shown
     except KeyboardInterrupt:
         # Caught outside StopSignals, whose handlers are back by now (`python -m rlhf_lab`: ignoring), so
         # a second signal cannot cut the message; one that lands while the block is closing is caught

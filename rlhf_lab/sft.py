@@ -18,22 +18,22 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import pandas as pd
 import torch
 import torch.nn.functional as F
 
 from .model import LlamaModel, ModelConfig, moe_aux_loss
-from .tasks import TASKS, get_task
+from .tasks import get_task, task_names
 from .tasks.jsonl import SPLIT_N_TRAIN
 from .train.callbacks import NonFiniteLossError, ProgressBar
 from .train.evaluate import greedy_accuracy
 from .train.loop import SupervisedLoop, backward_and_step
 from .train.run_state import Checkpointer, has_state, remaining
-from .util.device import autocast, pick_device
-from .util.limits import check_positions, check_tokenizer_fits
-from .util.validation import Validated, check_choice, check_number, check_optional
+from .util.device import autocast, check_device, pick_device
+from .util.limits import check_memory, check_sequence_length, check_tokenizer_fits, training_bytes
+from .util.validation import Validated, setting
 
 # The lab model's size: the shipped checkpoints' (data/checkpoints/README.md says why this size).
 MODEL_SIZE: dict = dict(
@@ -69,43 +69,31 @@ def lab_model_config(tokenizer, **overrides) -> ModelConfig:
 
 @dataclass
 class SFTConfig(Validated):
-    """Settings of one SFT run (the fields are what `python -m rlhf_lab sft` exposes); validated at
-    construction and on assignment."""
+    """Settings of one SFT run (the fields are what `python -m rlhf_lab sft` exposes); each field
+    declares what it accepts (rlhf_lab.util.validation), checked at construction and on assignment."""
 
-    task: str = "addition"
-    task_params: dict = field(default_factory=lambda: {"digits": 3})
-    n_train: int = SPLIT_N_TRAIN  # the split the shipped checkpoints and the RL trainer use
-    n_test: int = 500
-    steps: int = 2000  # also the length of the cosine decay (a continued run stays at its floor)
-    batch_size: int = 64
-    learning_rate: float = 3e-3
-    warmup_steps: int = 100
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
-    eval_every: int = 200  # 0: never evaluate
-    eval_examples: int = 500
-    stop_at_accuracy: float | None = None  # stop at the first evaluation reaching this accuracy
-    time_budget: float | None = None  # seconds of training (evaluation excluded); None: `steps` decides
-    seed: int = 0  # initialisation and batch order
-    data_seed: int = 0  # the train/test split; fixed at 0 so every run (SFT or RL) holds out the same test set
-    device: str = "cpu"
+    task: str = setting("addition", choices=task_names, help="the task whose reference answers are imitated")
+    task_params: dict = setting(default_factory=lambda: {"digits": 3}, help="the task's parameters")
+    n_train: int = setting(SPLIT_N_TRAIN, ge=1, help="training split (the one the checkpoints and RL use)")
+    n_test: int = setting(500, ge=1, help="held-out split")
+    steps: int = setting(2000, ge=0, help="optimiser steps; also the length of the cosine decay")
+    batch_size: int = setting(64, ge=1, help="examples per step")
+    learning_rate: float = setting(3e-3, gt=0, le=1, help="peak AdamW learning rate")
+    warmup_steps: int = setting(100, ge=0, help="linear warm-up steps")
+    weight_decay: float = setting(0.01, ge=0, help="AdamW's, on weight matrices only")
+    max_grad_norm: float = setting(1.0, gt=0, help="gradient clipping norm")
+    eval_every: int = setting(200, ge=0, help="steps between held-out evaluations; 0: never evaluate")
+    eval_examples: int = setting(500, ge=1, help="held-out problems per evaluation (<= n_test)")
+    stop_at_accuracy: float | None = setting(None, gt=0, le=1, help="stop at the first evaluation this good")
+    time_budget: float | None = setting(None, gt=0, help="seconds of training (evaluation excluded)")
+    seed: int = setting(0, ge=0, help="initialisation and batch order")
+    data_seed: int = setting(0, ge=0, help="the train/test split; 0 holds out the test set every run uses")
+    device: str = setting("cpu", check=check_device, help="cpu, cuda, cuda:N, mps or auto")
 
-    def __post_init__(self) -> None:
-        check_choice("task", self.task, tuple(sorted(TASKS)))
-        if not isinstance(self.task_params, dict):
-            raise ValueError(f"task_params must be a dict, got {self.task_params!r}")
-        for name in ("n_train", "n_test", "batch_size", "eval_examples"):
-            check_number(name, getattr(self, name), low=1, integer=True)
+    def check(self) -> None:
         if self.eval_examples > self.n_test:
             raise ValueError(f"eval_examples ({self.eval_examples}) must be <= n_test ({self.n_test}): evaluation "
                              "draws its problems from the test split")
-        for name in ("steps", "warmup_steps", "eval_every", "seed", "data_seed"):
-            check_number(name, getattr(self, name), low=0, integer=True)
-        check_number("learning_rate", self.learning_rate, low=0, low_open=True)
-        check_number("weight_decay", self.weight_decay, low=0)
-        check_number("max_grad_norm", self.max_grad_norm, low=0, low_open=True)
-        check_optional(check_number, "stop_at_accuracy", self.stop_at_accuracy, low=0, high=1, low_open=True)
-        check_optional(check_number, "time_budget", self.time_budget, low=0, low_open=True)
         get_task(self.task, **self.task_params)  # validates the task's own parameters
 
 
@@ -185,13 +173,15 @@ class SFTTrainer(SupervisedLoop):
             raise ValueError("train_examples must hold at least one Example, got none")
         if not self.eval_examples:
             raise ValueError("eval_examples must hold at least one Example, got none")
+        self.task.check_tokenizer(tokenizer, "a model with its own BPE tokenizer (a Hugging Face folder)")
         if model is None:
             model = LlamaModel(lab_model_config(tokenizer))
         self.model = model.to(self.device).train()
         check_tokenizer_fits(tokenizer, self.model.config)
         # Every example encoded once, right-padded: (N, L) token ids and the completion mask.
         self.input_ids, self.loss_mask = encode_examples(tokenizer, self.train_examples, self.device)
-        check_positions(self.model.config, 0, self.input_ids.shape[1], "the longest training example (tokens)")
+        check_sequence_length(self.model.config, self.input_ids.shape[1], "the longest training example")
+        self.check_batch_fits()
         self.start(callbacks)
 
     # ------------------------------------------------------------------------------------------
@@ -202,7 +192,15 @@ class SFTTrainer(SupervisedLoop):
         examples = self.eval_examples if examples is None else examples
         return greedy_accuracy(self.model, self.tokenizer, self.task, examples)
 
+    def check_batch_fits(self) -> None:
+        """Refuse a batch_size whose step cannot fit in memory, before anything is allocated (also
+        when config.batch_size was raised after construction)."""
+        rows, length = self.config.batch_size, self.input_ids.shape[1]
+        check_memory(training_bytes(self.model.config, rows, length), self.device,
+                     f"an SFT step of {rows} examples", "batch_size")
+
     def before_train(self) -> None:
+        self.check_batch_fits()
         self.model.train()
 
     def after_train(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 
 import pytest
@@ -275,13 +276,18 @@ def test_save_is_atomic_when_interrupted(tmp_path, monkeypatch):
     def exploding_save(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(hf_module, "save_file", exploding_save)
+    def disk_full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
     with torch.no_grad():
         model.lm_head.weight.add_(1.0)
-    with pytest.raises(KeyboardInterrupt):
-        save_pretrained(model, folder)
-    assert (folder / "model.safetensors").read_bytes() == before  # old checkpoint untouched
-    assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]  # no temp folder left behind
+    for failure, error in ((exploding_save, KeyboardInterrupt), (disk_full, OSError)):
+        monkeypatch.setattr(hf_module, "write_bytes", failure)
+        with pytest.raises(error) as raised:
+            save_pretrained(model, folder)
+        assert (folder / "model.safetensors").read_bytes() == before  # old checkpoint untouched
+        assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]  # no temp folder left behind
+    assert raised.value.filename == str(folder)  # the folder being saved, not a temporary name
 
 
 def test_backward_reaches_every_parameter():

@@ -13,11 +13,16 @@ The random delay of each stop is printed on failure (pytest -s shows it always).
 
 from __future__ import annotations
 
+import collections
+import copy
+import hashlib
 import importlib
 import io
 import json
 import os
 import random
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,12 +35,23 @@ import torch
 from safetensors.torch import load_file
 
 from rlhf_lab import cli
-from rlhf_lab.checkpoints import CheckpointError, load_checkpoint
+from rlhf_lab.checkpoints import CHECKPOINT_DIR, CheckpointError, load_checkpoint, loader
 from rlhf_lab.cli import main
 from rlhf_lab.model.hf import from_pretrained, save_pretrained
+from rlhf_lab.preferences.data import load_preferences, read_preferences
+from rlhf_lab.preferences.dpo import DPOConfig, DPOTrainer
+from rlhf_lab.preferences.overoptimization import TimedReward
+from rlhf_lab.preferences.reward_model import RewardConfig, RewardModel
 from rlhf_lab.rl import Trainer, make_config
 from rlhf_lab.sampling import SamplingConfig, generate
 from rlhf_lab.sft import SFTConfig, SFTTrainer
+from rlhf_lab.tasks import TASKS, get_task
+from rlhf_lab.tasks.reasoning import (
+    countdown_answer_reward,
+    extract_tagged_answer,
+    is_think_answer,
+    number_answer_reward,
+)
 from rlhf_lab.text.tokenizer import default_tokenizer
 from rlhf_lab.train.callbacks import NonFiniteLossError
 from rlhf_lab.train.run_state import Checkpointer
@@ -542,3 +558,292 @@ def test_careless_checkpoints_and_tokenizers_get_clear_errors(tmp_path, lab_mode
     wide = type(tokenizer)("0123456789+=:;,abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
     with pytest.raises(ValueError, match=f"the tokenizer has {len(wide)} tokens but the model's vocab_size is"):
         Trainer(tiny("grpo"), model=load_checkpoint("addition_rl_start")[0], tokenizer=wide)
+
+
+# -------------------------------------------------- broken files, bad settings, rewards, large inputs
+
+
+def broken_state(tmp_path: Path, how: str) -> Path:
+    """A saved GRPO state, then broken `how`; the checksums in trainer_state.json are kept up to date
+    (a careful hand edit), so only the content can tell."""
+    state = tmp_path / "state"
+    trainer = Trainer(tiny("grpo"))
+    trainer.train(steps=1)
+    trainer.save_state(state)
+    summary_path, pt = state / "trainer_state.json", state / "trainer_state.pt"
+    summary = json.loads(summary_path.read_text())
+    if how == "no config":
+        del summary["config"]
+    elif how == "a JSON string":
+        summary = "trainer state"
+    elif how == "empty state":
+        torch.save({}, pt)
+    elif how == "truncated":
+        pt.write_bytes(pt.read_bytes()[: pt.stat().st_size // 2])
+    elif how == "unsafe pickle":
+        torch.save({"step": collections.OrderedDict(), "hook": Path("x")}, pt)  # a Path: a full unpickler
+    if isinstance(summary, dict):
+        summary["sha256"]["trainer_state.pt"] = hashlib.sha256(pt.read_bytes()).hexdigest()
+    summary_path.write_text(json.dumps(summary))
+    return state
+
+
+@pytest.mark.parametrize("how, message", [
+    ("no config", r"trainer_state.json has no 'config' dict"),
+    ("a JSON string", r"trainer_state.json must hold a JSON object, got a str"),
+    ("empty state", r"trainer_state.pt has no 'step' int"),
+    ("truncated", r"trainer_state.pt is corrupt or truncated"),
+    ("unsafe pickle", r"trainer_state.pt was refused as unsafe"),
+])
+def test_a_broken_resume_state_is_named_and_nothing_is_loaded(tmp_path, how, message):
+    state = broken_state(tmp_path, how)
+    fresh = Trainer(tiny("grpo"))
+    before = {k: v.clone() for k, v in fresh.policy.state_dict().items()}
+    with pytest.raises(CheckpointError, match=message):
+        fresh.resume(state)
+    assert fresh.step == 0 and not fresh.optimizer.state
+    assert all(torch.equal(before[k], v) for k, v in fresh.policy.state_dict().items())  # weights untouched
+
+
+def test_resume_refuses_starting_weights_that_changed(tmp_path):
+    """The reference model (KL to pi_ref, beta > 0) is not saved: it is the starting checkpoint, loaded
+    again. Changed on disk between the stop and the resume, it would silently be another pi_ref."""
+    model, tokenizer, _ = load_checkpoint("addition_rl_start")
+    start = save_pretrained(model, tmp_path / "start", tokenizer=tokenizer)
+    config = tiny("grpo", beta=0.1, init_checkpoint=str(start))
+    trainer = Trainer(config)
+    trainer.train(steps=1)
+    trainer.save_state(tmp_path / "state")
+    Trainer(config).resume(tmp_path / "state")  # the same weights: fine
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1.5)
+    save_pretrained(model, start, tokenizer=tokenizer)
+    fresh = Trainer(config)
+    changed = r"the run's reference \(sha256 \w+ when the run started, \w+ now\) changed"
+    with pytest.raises(CheckpointError, match=changed):
+        fresh.resume(tmp_path / "state")
+    assert fresh.step == 0
+
+
+def test_resume_refuses_a_reward_model_that_changed(tmp_path):
+    reward_model = RewardModel.from_pretrained("reward_model")
+    trainer = Trainer(tiny("grpo"), reward_fn=TimedReward(reward_model))  # found inside a wrapper too
+    trainer.train(steps=1)
+    trainer.save_state(tmp_path / "state")
+    with torch.no_grad():
+        reward_model.model.value_head.weight.add_(0.01)
+    with pytest.raises(CheckpointError, match=r"the run's reward_model \(sha256 \w+ when the run started"):
+        Trainer(tiny("grpo"), reward_fn=reward_model).resume(tmp_path / "state")
+
+
+def test_every_shipped_checkpoint_carries_the_sha256_of_its_weights(tmp_path, monkeypatch):
+    shipped = [p for p in CHECKPOINT_DIR.iterdir() if (p / "config.json").is_file()]
+    assert len(shipped) >= 6
+    for folder in shipped:
+        checksums = json.loads((folder / "config.json").read_text())["rlhf_lab"]["sha256"]
+        files = sorted(p.name for p in folder.glob("*.safetensors"))
+        assert sorted(checksums) == files, folder.name
+        for name in files:
+            assert checksums[name] == hashlib.sha256((folder / name).read_bytes()).hexdigest(), (folder, name)
+    # a flipped weight byte is refused, and a shipped checkpoint without checksums too
+    copies = tmp_path / "checkpoints"
+    shutil.copytree(CHECKPOINT_DIR / "addition_sft", copies / "addition_sft")
+    monkeypatch.setattr(loader, "CHECKPOINT_DIR", copies)
+    weights = copies / "addition_sft" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-5] ^= 0x01  # a tiny change of one weight: finite, so only the checksum can tell
+    weights.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="checksum"):
+        load_checkpoint("addition_sft")
+    config = json.loads((copies / "addition_sft" / "config.json").read_text())
+    del config["rlhf_lab"]["sha256"]
+    (copies / "addition_sft" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="carries no sha256 of model.safetensors"):
+        load_checkpoint("addition_sft")
+
+
+def shard_with_a_broken_index(folder: Path) -> None:
+    (folder / "model.safetensors").rename(folder / "model-00001.safetensors")
+    (folder / "model.safetensors.index.json").write_text("{weight_map: ")
+
+
+def rope_theta_abc(folder: Path) -> None:
+    config = folder / "config.json"
+    config.write_text(config.read_text().replace('"rope_theta": 10000.0', '"rope_theta": "abc"'))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda f: (f / "tokenizer.json").write_text("{}"), r"tokenizer files \(tokenizer.json"),
+    (lambda f: (f / "tokenizer.json").write_bytes(random.Random(0).randbytes(2048)), r"tokenizer files"),
+    (shard_with_a_broken_index, r"index.json is not a JSON object"),
+    (rope_theta_abc, r"config.json: rope_theta must be a number, got 'abc'"),
+], ids=["tokenizer {}", "tokenizer random bytes", "index not JSON", "rope_theta abc"])
+def test_a_damaged_checkpoint_file_is_named(tmp_path, lab_model, damage, message):
+    model, tokenizer = lab_model
+    folder = save_pretrained(model, tmp_path / "ckpt", tokenizer=tokenizer)
+    damage(folder)
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(folder)
+
+
+def test_sft_and_dpo_refuse_a_batch_that_cannot_fit_before_allocating():
+    with pytest.raises(ValueError, match="an SFT step of 100000000000 examples would need .* batch_size"):
+        SFTTrainer(SFTConfig(batch_size=10**11, n_train=50, n_test=10, eval_examples=10), default_tokenizer())
+    trainer = SFTTrainer(SFTConfig(n_train=50, n_test=10, eval_examples=10), default_tokenizer())
+    trainer.config.batch_size = 10**11  # raised after construction: refused when train() starts
+    with pytest.raises(ValueError, match="lower batch_size"):
+        trainer.train(steps=1)
+    assert trainer.step == 0
+    pairs = [("12+34=", "64", "65")] * 4
+    with pytest.raises(ValueError, match="a DPO step of 100000000000 pairs would need .* lower batch_size"):
+        DPOTrainer(DPOConfig(batch_size=10**11), pairs=pairs)
+
+
+def test_sequences_past_the_models_context_are_refused(lab_model):
+    model, tokenizer = lab_model
+    long = "1" * 200
+    too_long = r"the longest training pair \(prompt \+ completion\) has 2\d\d tokens, more than the model's "
+    with pytest.raises(ValueError, match=too_long + r"max_position_embeddings \(128\)"):
+        DPOTrainer(DPOConfig(), pairs=[("12+34=", long, "65")])
+    reward_model = RewardModel(copy.deepcopy(model), tokenizer)
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        reward_model.score_batch(["12+34="], [long])
+
+
+@pytest.mark.parametrize("make, field", [
+    (lambda: DPOConfig(eval_examples=501), r"eval_examples \(501\) must be <= n_test \(500\)"),
+    (lambda: setattr(DPOConfig(), "beta", -1), "beta must satisfy 0 < beta"),
+    (lambda: setattr(DPOConfig(), "learning_rate", -1), "learning_rate must satisfy 0 < learning_rate <= 1"),
+    (lambda: setattr(RewardConfig(), "learning_rate", -1), "learning_rate must satisfy 0 < learning_rate"),
+    (lambda: setattr(RewardConfig(), "batch_size", 0), "batch_size must satisfy 1 <= batch_size"),
+    (lambda: make_config("grpo", learning_rate=1e30), "learning_rate must satisfy 0 < learning_rate <= 1"),
+    (lambda: SFTConfig(learning_rate=1e6), "learning_rate must satisfy 0 < learning_rate <= 1"),
+    (lambda: DPOConfig(learning_rate=2.0), "learning_rate must satisfy 0 < learning_rate <= 1"),
+], ids=["dpo eval_examples", "dpo beta", "dpo lr", "reward lr", "reward batch", "rl lr 1e30", "sft lr 1e6",
+        "dpo lr 2"])
+def test_every_config_refuses_bad_values_at_construction_and_on_assignment(make, field):
+    with pytest.raises(ValueError, match=field):
+        make()
+
+
+def test_a_run_whose_accuracy_collapses_to_zero_says_so():
+    model, tokenizer, _ = load_checkpoint("addition_rl_start")  # ~45% on these problems
+    config = SFTConfig(steps=3, learning_rate=1.0, warmup_steps=0, eval_every=3, n_train=200, n_test=40,
+                       eval_examples=40, batch_size=8)
+    trainer = SFTTrainer(config, tokenizer, model=model)
+    with pytest.warns(RuntimeWarning, match=r"held-out accuracy collapsed from \d+\.\d% to 0 by step 3.*"
+                                            r"learning_rate=1.0"):
+        history = trainer.train()
+    assert history["eval_accuracy"].iloc[0] > 0 and history["eval_accuracy"].iloc[-1] == 0
+
+
+def test_bad_preference_data_is_named_by_line(tmp_path):
+    pair = json.loads(load_preferences("validation")[0].to_json())
+    path = tmp_path / "pairs.jsonl"
+    for change, message in (({"chosen": 5}, "chosen must be a string, got 5"),
+                            ({"votes": "x"}, "votes must be a dict, got 'x'"),
+                            ({"votes": {"ann": "x"}}, "votes must map annotator names to 1"),
+                            ({"gold_chosen": "high"}, "gold_chosen must be a number")):
+        path.write_text(json.dumps(pair) + "\n" + json.dumps({**pair, **change}) + "\n")
+        with pytest.raises(ValueError, match=f"pairs.jsonl:2: not a preference pair \\({message}"):
+            read_preferences(path)
+
+
+def test_empty_evaluation_sets_and_bad_reward_callables_are_refused():
+    trainer = Trainer(tiny("grpo"))
+    with pytest.raises(ValueError, match="examples must hold at least one Example"):
+        trainer.evaluate(examples=[])
+    contract = r"reward_fn must be a callable \(prompt, completion, answer, finished\).*got 5"
+    with pytest.raises(ValueError, match=contract):
+        Trainer(tiny("grpo"), reward_fn=5)
+    with pytest.raises(ValueError, match=r"cannot take those four arguments"):
+        Trainer(tiny("grpo"), reward_fn=lambda prompt, completion: 1.0)
+
+
+@pytest.mark.parametrize("value, shown", [(10**400, "an integer of about 401 digits"), (1e39, "1.000e+39")])
+def test_a_reward_beyond_float32_is_named_as_such(value, shown):
+    trainer = Trainer(tiny("grpo"), reward_fn=lambda prompt, completion, answer, finished: value)
+    with pytest.warns(RuntimeWarning, match=f"returned {re.escape(shown)} .* beyond float32's range"):
+        trainer.train(steps=1)
+    assert trainer.stop_reason == "non_finite" and trainer.step == 0
+
+
+def test_settings_that_cannot_work_are_refused_at_construction():
+    with pytest.raises(ValueError, match=r"overlong_buffer must satisfy 0 <= overlong_buffer <= 8"):
+        make_config("dapo", overlong_buffer=1000, max_completion_length=8)
+    with pytest.raises(ValueError, match=r"overlong_buffer must satisfy 0 <= overlong_buffer <= \d"):
+        Trainer(tiny("dapo", overlong_buffer=1000))  # the budget comes from the task
+    with pytest.raises(ValueError, match="task 'countdown' writes free text.*needs a BPE tokenizer"):
+        SFTTrainer(SFTConfig(task="countdown", task_params={}, n_train=20, n_test=10, eval_examples=10),
+                   default_tokenizer())
+
+
+class within_seconds:
+    """A watchdog: fail the block if it runs for more than `seconds` (a hang, not a speed test: the
+    limit is hundreds of times what the block needs)."""
+
+    def __init__(self, seconds: int) -> None:
+        self.seconds = seconds
+
+    def _fail(self, signum, frame):
+        raise AssertionError(f"still running after {self.seconds} s: a hang")
+
+    def __enter__(self):
+        self.previous = signal.signal(signal.SIGALRM, self._fail)
+        signal.alarm(self.seconds)
+
+    def __exit__(self, *exc):
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, self.previous)
+
+
+def every_reward():
+    """Every rule-based reward of every registered task (its default reward and its accuracy)."""
+    tasks = {name: get_task(name) for name in TASKS}
+    rewards = {f"{name}.{kind}": getattr(task, kind) for name, task in tasks.items()
+               for kind in ("reward", "score")}
+    return {**rewards, "number": number_answer_reward, "countdown": countdown_answer_reward}
+
+
+def test_rewards_never_raise_on_model_output():
+    prompt = "Using the numbers [3, 5, 7], create an equation that equals 22."
+    for text in ("<think>x</think><answer>" + "1" * 5000 + "</answer>", "<answer>" + "9" * 5000 + "</answer>",
+                 "<answer>1e99999</answer>", "\x00\udcff<answer>", ""):
+        for name, reward in every_reward().items():
+            assert reward(prompt, text, "12", True) in (0.0, 0.1), (name, text[:40])
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="the watchdog needs SIGALRM")
+def test_rewards_take_linear_time_on_a_megabyte_completion():
+    """1 MB of each pattern that made a backtracking regex quadratic (4 s at 80 kB, hours at 1 MB)."""
+    size = 1 << 20
+    prompt = "Using the numbers [3, 5, 7], create an equation that equals 22."
+    with within_seconds(120):
+        for unit in ("<answer>", "<think>", "</think><answer>", "<answer>1", "1", "7+5=12;"):
+            for tail in ("", "</answer>", "</think><answer>1</answer>"):
+                text = unit * (size // len(unit)) + tail
+                for name, reward in every_reward().items():
+                    assert 0.0 <= reward(prompt, text, "12", True) <= 1.1, name
+
+
+def test_the_think_answer_parsers_equal_their_regular_expressions():
+    """is_think_answer and extract_tagged_answer read the tags in one pass; the regular expressions
+    they replace are the definition, compared on 20,000 random mixes of tags, whitespace and text."""
+    tag = r"</?(?:think|answer)>"
+    shape = re.compile(r"\s*<think>(?P<think>.*?)</think>\s*<answer>(?P<answer>.*?)</answer>\s*", re.DOTALL)
+
+    def is_shape(text):
+        match = shape.fullmatch(text)
+        return match is not None and not any(re.search(tag, match.group(g)) for g in ("think", "answer"))
+
+    def last_answer(text):
+        blocks = re.findall(r"<answer>(.*?)</answer>", text, re.DOTALL)
+        return None if not blocks or re.search(tag, blocks[-1]) else blocks[-1].strip()
+
+    pieces = ["<think>", "</think>", "<answer>", "</answer>", " ", "\n", "\u00a0", "x", "12", "<", ">",
+              "answer>"]
+    rng = random.Random(0)
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 9)))
+        assert is_think_answer(text) == is_shape(text), text
+        assert extract_tagged_answer(text) == last_answer(text), text

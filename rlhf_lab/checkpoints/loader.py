@@ -61,19 +61,30 @@ def load_checkpoint(name: str | os.PathLike, device: str | torch.device = "cpu",
     tokenizer.json is one, else the checkpoint's own through `HFTokenizer`, e.g. a Qwen3 folder), and
     the dict saved under config.json["rlhf_lab"] (accuracy, accuracy_band, steps, sft settings...).
 
-    A folder without tokenizer.json raises CheckpointError: its model was trained with some
+    A shipped checkpoint (by name) must carry the sha256 of each weights file in its config.json,
+    and every checksum given is checked. A folder without tokenizer.json, or whose tokenizer files
+    cannot be read, raises CheckpointError: its model was trained with some
     tokenizer, and guessing it would give silently wrong ids. `default_tokenizer=True` accepts
     such a folder and pairs it with the lab's default `CharTokenizer` (right for any model the lab
     trained with `default_tokenizer()`, e.g. a `save_pretrained(model, folder)` without tokenizer).
     """
     folder = checkpoint_folder(name)
-    model = from_pretrained(folder, device=pick_device(device))  # first: "not a checkpoint" beats "no tokenizer"
+    shipped = folder.parent.resolve() == CHECKPOINT_DIR.resolve()  # each shipped weights file has its sha256
+    # first: "not a checkpoint" beats "no tokenizer"
+    model = from_pretrained(folder, device=pick_device(device), require_checksums=shipped)
     if is_char_tokenizer(folder):
         tokenizer = CharTokenizer.load(folder)
     elif any((folder / name).is_file() for name in ("tokenizer.json", "vocab.json", "tokenizer.model")):
         # A Hugging Face tokenizer's own files (tokenizer_config.json alone, which the lab also writes,
         # holds no vocabulary).
-        tokenizer = HFTokenizer.from_pretrained(folder)
+        try:
+            tokenizer = HFTokenizer.from_pretrained(folder)
+        except Exception as exc:  # transformers and tokenizers raise many kinds (KeyError, their own...)
+            files = [f for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+                     if (folder / f).is_file()]
+            raise CheckpointError(f"{folder}: its tokenizer files ({', '.join(files)}) cannot be read as a "
+                                  f"tokenizer ({type(exc).__name__}: {exc}); restore them from the original "
+                                  "checkpoint") from exc
         # Generation stops at the tokenizer's end of completion (a chat model's end-of-turn token).
         model.config.eos_token_id, model.config.pad_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id
     elif default_tokenizer:

@@ -1,4 +1,4 @@
-"""`ModelConfig`: the hyper-parameters of the lab's tiny Llama, validated at construction.
+"""`ModelConfig`: the hyper-parameters of the lab's tiny Llama, validated at construction and assignment.
 
 Field names follow Hugging Face's `LlamaConfig` where the two overlap (`hidden_size`,
 `intermediate_size`, `num_attention_heads`, `num_key_value_heads`, `rope_theta`, ...), so that
@@ -30,9 +30,9 @@ is the lab's own: neither transformers family has one.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..util.validation import check_bool, check_choice, check_number
+from ..util.validation import Validated, check_number, setting
 from .rope import check_head_dim, read_rope_scaling
 
 MODEL_TYPES = ("llama", "qwen2", "qwen3", "mixtral", "qwen3_moe")
@@ -40,52 +40,52 @@ MOE_MODEL_TYPES = ("mixtral", "qwen3_moe")  # transformers' model_type of each s
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa")  # transformers' names: written-out softmax, or the fused kernel
 
 
+def _check_head_dim(name: str, value) -> None:
+    check_head_dim(value)
+
+
 @dataclass
-class ModelConfig:
+class ModelConfig(Validated):
     """Shape of a Llama-style decoder (defaults: a small generic model, ~0.7 M parameters).
 
     The lab's shipped model is smaller (`rlhf_lab.sft.lab_model_config`: hidden 64, 2 layers, 4 query
     heads sharing 2 key/value heads, ~96 k parameters): small enough that RL shows learning on a
-    2-core CPU within minutes.
+    2-core CPU within minutes. Each field declares what it accepts (rlhf_lab.util.validation).
     """
 
-    model_type: str = "llama"  # one of MODEL_TYPES: which family's layer details (table above)
-    vocab_size: int = 64
-    hidden_size: int = 128
-    intermediate_size: int = 352  # SwiGLU width (mixtral: each expert's; qwen3_moe: dense layers', none here)
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    head_dim: int | None = None  # None -> hidden_size // num_attention_heads
-    max_position_embeddings: int = 128
-    rope_theta: float = 10000.0
-    rope_scaling: dict | None = None  # HF names: {"rope_type": "linear", "factor": 2.0, ...}
-    rope_interleaved: bool = False  # False: HF/NeoX half-split pairs; True: Meta's (2j, 2j+1) pairs
-    rms_norm_eps: float = 1e-6
-    tie_word_embeddings: bool = True
-    attention_bias: bool = False  # llama / qwen3: a bias on q, k, v and o (qwen2: q, k, v always, o never)
-    mlp_bias: bool = False  # llama only: a bias on gate, up and down
-    attn_implementation: str = "eager"  # "sdpa": torch's scaled_dot_product_attention, same function
-    value_head: bool = False  # a scalar head on the last hidden state, for PPO's critic
-    initializer_range: float = 0.02
-    pad_token_id: int = 0
-    bos_token_id: int = 1
-    eos_token_id: int = 2
+    model_type: str = setting("llama", choices=MODEL_TYPES, help="which family's layer details (table above)")
+    vocab_size: int = setting(64, ge=1)
+    hidden_size: int = setting(128, ge=1)
+    intermediate_size: int = setting(352, ge=1, help="SwiGLU width (mixtral: each expert's)")
+    num_hidden_layers: int = setting(4, ge=1)
+    num_attention_heads: int = setting(4, ge=1)
+    num_key_value_heads: int = setting(2, ge=1, help="<= num_attention_heads, and divides it")
+    head_dim: int | None = setting(None, check=_check_head_dim, help="None: hidden_size // attention heads")
+    max_position_embeddings: int = setting(128, ge=1)
+    rope_theta: float = setting(10000.0, gt=1, help="RoPE base (rope_inv_freq's bound)")
+    rope_scaling: dict | None = setting(None, help='HF names: {"rope_type": "linear", "factor": 2.0, ...}')
+    rope_interleaved: bool = setting(False, help="False: HF/NeoX half-split pairs; True: Meta's (2j, 2j+1)")
+    rms_norm_eps: float = setting(1e-6, gt=0)
+    tie_word_embeddings: bool = setting(True)
+    attention_bias: bool = setting(False, help="llama / qwen3: a bias on q, k, v and o")
+    mlp_bias: bool = setting(False, help="llama only: a bias on gate, up and down")
+    attn_implementation: str = setting("eager", choices=ATTN_IMPLEMENTATIONS,
+                                       help="sdpa: torch's scaled_dot_product_attention, same function")
+    value_head: bool = setting(False, help="a scalar head on the last hidden state, for PPO's critic")
+    initializer_range: float = setting(0.02, ge=0)
+    pad_token_id: int = setting(0, help="0 <= id < vocab_size")
+    bos_token_id: int = setting(1, help="0 <= id < vocab_size")
+    eos_token_id: int = setting(2, help="0 <= id < vocab_size")
     # Mixture of experts (mixtral / qwen3_moe only; module docstring). transformers' names.
-    num_local_experts: int = 0  # E experts per layer; 0 = dense MLP (Qwen3-MoE's config calls it num_experts)
-    num_experts_per_tok: int = 2  # k: experts each token is routed to
-    moe_intermediate_size: int | None = None  # qwen3_moe: each expert's width (None -> intermediate_size)
-    norm_topk_prob: bool = True  # renormalise the k gate weights to sum to 1 (Mixtral always does)
-    router_aux_loss_coef: float = 0.001  # weight of the Switch load-balancing loss in ModelOutput.aux_loss
-    router_z_loss_coef: float = 0.0  # weight of ST-MoE's router z-loss (0 = off)
-    extra: dict = field(default_factory=dict)  # free-form notes saved with the checkpoint
+    num_local_experts: int = setting(0, ge=0, help="E experts per layer; 0 = dense MLP")
+    num_experts_per_tok: int = setting(2, ge=1, help="k: experts each token is routed to")
+    moe_intermediate_size: int | None = setting(None, ge=1, help="qwen3_moe: each expert's width")
+    norm_topk_prob: bool = setting(True, help="renormalise the k gate weights to sum to 1 (Mixtral always)")
+    router_aux_loss_coef: float = setting(0.001, ge=0, help="weight of the Switch load-balancing loss")
+    router_z_loss_coef: float = setting(0.0, ge=0, help="weight of ST-MoE's router z-loss (0 = off)")
+    extra: dict = setting(default_factory=dict, help="free-form notes saved with the checkpoint")
 
-    def __post_init__(self) -> None:
-        check_choice("model_type", self.model_type, MODEL_TYPES)
-        check_choice("attn_implementation", self.attn_implementation, ATTN_IMPLEMENTATIONS)
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                     "num_attention_heads", "num_key_value_heads", "max_position_embeddings"):
-            check_number(name, getattr(self, name), low=1, integer=True)
+    def check(self) -> None:
         if self.head_dim is None:
             if self.hidden_size % self.num_attention_heads:
                 raise ValueError(
@@ -93,7 +93,7 @@ class ModelConfig:
                     f"({self.num_attention_heads}), or set head_dim explicitly"
                 )
             self.head_dim = self.hidden_size // self.num_attention_heads
-        check_head_dim(self.head_dim)
+            check_head_dim(self.head_dim)
         if self.num_key_value_heads > self.num_attention_heads:
             raise ValueError(
                 f"num_key_value_heads ({self.num_key_value_heads}) must be <= num_attention_heads "
@@ -104,11 +104,6 @@ class ModelConfig:
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
                 f"num_key_value_heads ({self.num_key_value_heads}) for grouped-query attention"
             )
-        check_number("rope_theta", self.rope_theta, low=1, low_open=True)  # rope_inv_freq's bound on base
-        check_number("rms_norm_eps", self.rms_norm_eps, low=0, low_open=True)
-        check_number("initializer_range", self.initializer_range, low=0)
-        for name in ("rope_interleaved", "tie_word_embeddings", "value_head", "attention_bias", "mlp_bias"):
-            check_bool(name, getattr(self, name))
         if self.model_type != "llama":
             for name in ("mlp_bias", "rope_interleaved"):  # transformers' Qwen classes have no such option
                 if getattr(self, name):
@@ -124,13 +119,6 @@ class ModelConfig:
         self._check_moe()
 
     def _check_moe(self) -> None:
-        check_number("num_local_experts", self.num_local_experts, low=0, integer=True)
-        check_number("num_experts_per_tok", self.num_experts_per_tok, low=1, integer=True)
-        check_bool("norm_topk_prob", self.norm_topk_prob)
-        check_number("router_aux_loss_coef", self.router_aux_loss_coef, low=0)
-        check_number("router_z_loss_coef", self.router_z_loss_coef, low=0)
-        if self.moe_intermediate_size is not None:
-            check_number("moe_intermediate_size", self.moe_intermediate_size, low=1, integer=True)
         if self.model_type in MOE_MODEL_TYPES:
             if self.num_local_experts < 1:
                 raise ValueError(f"num_local_experts must be >= 1 for model_type {self.model_type!r} "

@@ -30,9 +30,11 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError as SafetensorsError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 
-from ..util.atomic import recover_folder, replace_folder
+from ..util.atomic import recover_folder, replace_folder, write_bytes
+from ..util.validation import check_number
 from .config import MODEL_TYPES, ModelConfig
 from .transformer import LlamaModel
 
@@ -100,8 +102,12 @@ def config_to_hf(config: ModelConfig):
 def _rope_from_hf_dict(hf: dict) -> tuple[float, dict | None]:
     """Read rope_theta and the scaling dict from either transformers 5 (`rope_parameters`) or 4.x
     (`rope_theta` + `rope_scaling`) config dicts."""
+    for key in ("rope_parameters", "rope_scaling"):
+        if hf.get(key) is not None and not isinstance(hf[key], dict):
+            raise CheckpointError(f"{key} must be a dict or null, got {hf[key]!r}")
     params = dict(hf.get("rope_parameters") or {})
     theta = params.pop("rope_theta", hf.get("rope_theta", 10000.0))
+    check_number("rope_theta", theta, low=1, low_open=True)
     if not params and hf.get("rope_scaling"):
         params = dict(hf["rope_scaling"])
     params.pop("rope_theta", None)
@@ -272,9 +278,11 @@ def save_pretrained(model: LlamaModel, folder: str | os.PathLike, tokenizer=None
     )
 
     def write(tmp: Path) -> None:
-        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        # Serialised in memory, then written with Python's file API: a full disk is an OSError naming it.
+        metadata = {"format": "pt"}
+        write_bytes(tmp / "model.safetensors", safetensors_bytes(state, metadata=metadata))
         if value_state is not None:
-            save_file(value_state, str(tmp / "value_head.safetensors"), metadata={"format": "pt"})
+            write_bytes(tmp / "value_head.safetensors", safetensors_bytes(value_state, metadata=metadata))
         # A checksum per weights file: a same-size overwrite of the bytes is caught at load time.
         hf_dict["rlhf_lab"]["sha256"] = {p.name: file_sha256(p) for p in sorted(tmp.glob("*.safetensors"))}
         (tmp / "config.json").write_text(json.dumps(hf_dict, indent=2, sort_keys=True) + "\n")
@@ -348,29 +356,62 @@ def read_config(folder: str | os.PathLike) -> dict:
     missing = [key for key in REQUIRED_CONFIG_KEYS if key not in config]
     if missing:
         raise CheckpointError(f"{path} lacks {missing}, which a Llama config must give")
+    lab = config.get("rlhf_lab")
+    if lab is not None and not (isinstance(lab, dict) and isinstance(lab.get("sha256", {}), dict)):
+        raise CheckpointError(f"{path}: \"rlhf_lab\" must be an object whose \"sha256\" maps file names to "
+                              f"checksums, got {lab!r:.80}")
     return config
 
 
-def _load_weights(folder: Path, checksums: dict) -> dict[str, torch.Tensor]:
+def _load_weights(folder: Path, checksums: dict, require_checksums: bool = False) -> dict[str, torch.Tensor]:
     """model.safetensors, or the shards listed in model.safetensors.index.json (larger checkpoints),
-    each checked by `load_tensors` (against its sha256 in `checksums` when the lab saved one)."""
+    each checked by `load_tensors` (against its sha256 in `checksums` when the lab saved one, which
+    `require_checksums` demands)."""
     index = folder / "model.safetensors.index.json"
     if (folder / "model.safetensors").is_file():
         files = [folder / "model.safetensors"]
     elif index.is_file():
-        files = [folder / name for name in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+        files = [folder / name for name in sorted(set(read_weight_map(index).values()))]
     else:
         raise CheckpointError(f"{folder}: model.safetensors not found")
     state: dict[str, torch.Tensor] = {}
     for weights in files:
+        if require_checksums:
+            require_checksum(folder, weights.name, checksums)
         state.update(load_tensors(weights, checksums.get(weights.name)))
     return state
 
 
+def read_weight_map(index: Path) -> dict[str, str]:
+    """The "weight_map" of a sharded checkpoint's model.safetensors.index.json: tensor name -> shard
+    file, a file name in the same folder."""
+    try:
+        weight_map = json.loads(index.read_text()).get("weight_map")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as exc:
+        raise CheckpointError(f"{index} is not a JSON object with a \"weight_map\" ({exc})") from exc
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index} must map tensor names to shard files (\"weight_map\"), got "
+                              f"{weight_map!r:.80}")
+    for shard in weight_map.values():
+        if not isinstance(shard, str) or Path(shard).name != shard or shard in ("", ".", ".."):
+            raise CheckpointError(f"{index} names the shard {shard!r}; a shard must be a file name in the "
+                                  "same folder")
+    return weight_map
+
+
+def require_checksum(folder: Path, name: str, checksums: dict) -> None:
+    """Raise CheckpointError unless config.json gives the sha256 of the weights file `name`."""
+    if name not in checksums:
+        raise CheckpointError(f"{folder / 'config.json'} carries no sha256 of {name}, so a damaged file "
+                              "would load unnoticed; regenerate the checkpoint")
+
+
 def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu",
-                    attn_implementation: str | None = None) -> LlamaModel:
-    """Load a Hugging Face Llama / Qwen2 / Qwen3 / Mixtral / Qwen3-MoE folder (ours or any compatible one) into the lab's
-    model, in float32. `attn_implementation` ("eager" / "sdpa") overrides the saved choice."""
+                    attn_implementation: str | None = None, require_checksums: bool = False) -> LlamaModel:
+    """Load a Hugging Face Llama / Qwen2 / Qwen3 / Mixtral / Qwen3-MoE folder (ours or any compatible
+    one) into the lab's model, in float32. `attn_implementation` ("eager" / "sdpa") overrides the
+    saved choice. `require_checksums`: refuse a weights file whose sha256 config.json does not give
+    (the shipped checkpoints carry one for each)."""
     folder = Path(folder)
     hf_dict = read_config(folder)
     try:
@@ -380,12 +421,14 @@ def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu
     if attn_implementation is not None:
         config = ModelConfig.from_dict({**config.to_dict(), "attn_implementation": attn_implementation})
     checksums = (hf_dict.get("rlhf_lab") or {}).get("sha256") or {}
-    state = _load_weights(folder, checksums)
+    state = _load_weights(folder, checksums, require_checksums)
     config.value_head = False
     model = LlamaModel(config)
     _load_lm_state_dict(model, state, str(folder))
     value_file = folder / "value_head.safetensors"
     if value_file.is_file():
+        if require_checksums:
+            require_checksum(folder, value_file.name, checksums)
         model.add_value_head()
         try:
             model.value_head.load_state_dict(load_tensors(value_file, checksums.get("value_head.safetensors")))

@@ -21,12 +21,17 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..util.validation import check_number
+from ..util.validation import Validated, setting
 from .gold import gold_reward
 
 
+def _check_name(name: str, value) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+
+
 @dataclass(frozen=True)
-class Annotator:
+class Annotator(Validated):
     """One simulated rater.
 
     name: how tables and data files call it.
@@ -35,17 +40,10 @@ class Annotator:
     seed: this rater's own randomness (mixed with the data seed).
     """
 
-    name: str
-    flip_rate: float = 0.0
-    length_bias: float = 0.0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"name must be a non-empty string, got {self.name!r}")
-        check_number("flip_rate", self.flip_rate, low=0, high=0.5)
-        check_number("length_bias", self.length_bias, low=0)
-        check_number("seed", self.seed, integer=True)
+    name: str = setting(check=_check_name, help="how tables and data files call it")
+    flip_rate: float = setting(0.0, ge=0, le=0.5, help="probability that a label is flipped")
+    length_bias: float = setting(0.0, ge=0, help="utility per character added to the gold score")
+    seed: int = setting(0, help="this rater's own randomness")
 
     def utility(self, prompt: str, completion: str, answer: str, finished: bool = True) -> float:
         """u(y) = gold(y) + length_bias * len(y) for a finished completion; 0 for one cut off (no answer)."""

@@ -23,7 +23,7 @@ import json
 import os
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -31,7 +31,7 @@ import torch
 from ..sampling import SamplingConfig, generate
 from ..tasks import get_task
 from ..tasks.jsonl import SPLIT_N_TRAIN, read_records
-from ..util.validation import check_choice, check_number
+from ..util.validation import Validated, check_choice, check_number, setting
 from .annotators import DEFAULT_ANNOTATORS, Annotator
 from .gold import gold_reward
 
@@ -44,19 +44,14 @@ LABEL_SOURCES = ("majority", "gold")  # or an annotator's name
 
 
 @dataclass(frozen=True)
-class CompletionSource:
+class CompletionSource(Validated):
     """A way of sampling completions: a shipped checkpoint, a temperature and a minimum length."""
 
     name: str
     checkpoint: str
-    temperature: float = 1.0
-    min_new_tokens: int = 0  # EOS forbidden before this many tokens: a "verbose" policy
-    weight: float = 1.0  # how often this source is drawn, relative to the others
-
-    def __post_init__(self) -> None:
-        check_number("temperature", self.temperature, low=0, low_open=True)
-        check_number("min_new_tokens", self.min_new_tokens, low=0, high=MAX_NEW_TOKENS, integer=True)
-        check_number("weight", self.weight, low=0, low_open=True)
+    temperature: float = setting(1.0, gt=0, help="sampling temperature")
+    min_new_tokens: int = setting(0, ge=0, le=MAX_NEW_TOKENS, help="EOS forbidden before it: verbose")
+    weight: float = setting(1.0, gt=0, help="how often this source is drawn, relative to the others")
 
     def sampling(self, seed: int) -> SamplingConfig:
         return SamplingConfig(do_sample=True, temperature=self.temperature, max_new_tokens=MAX_NEW_TOKENS,
@@ -86,8 +81,15 @@ class Comparison:
     second_source: str
 
 
+def _check_votes(name: str, votes: dict) -> None:
+    for annotator, vote in votes.items():
+        if not isinstance(annotator, str) or isinstance(vote, bool) or vote not in (0, 1):
+            raise ValueError(f"{name} must map annotator names to 1 (chose `chosen`) or 0, got "
+                             f"{annotator!r}: {vote!r}")
+
+
 @dataclass(frozen=True)
-class PreferencePair:
+class PreferencePair(Validated):
     """One labelled pair. `chosen` is what the annotators' majority preferred.
 
     votes: annotator name -> 1 if that annotator preferred `chosen`, 0 if `rejected`.
@@ -97,18 +99,18 @@ class PreferencePair:
         `chosen`, which the majority itself picked, the labels would look skewed and correlated.
     """
 
-    prompt: str
-    answer: str
-    chosen: str
-    rejected: str
-    chosen_finished: bool = True
-    rejected_finished: bool = True
-    chosen_source: str = ""
-    rejected_source: str = ""
-    votes: dict = field(default_factory=dict)
-    gold_chosen: float = 0.0
-    gold_rejected: float = 0.0
-    chosen_first: bool = True
+    prompt: str = setting()
+    answer: str = setting()
+    chosen: str = setting()
+    rejected: str = setting()
+    chosen_finished: bool = setting(True)
+    rejected_finished: bool = setting(True)
+    chosen_source: str = setting("")
+    rejected_source: str = setting("")
+    votes: dict = setting(default_factory=dict, check=_check_votes, help="annotator name -> 1 (chosen) or 0")
+    gold_chosen: float = setting(0.0)
+    gold_rejected: float = setting(0.0)
+    chosen_first: bool = setting(True)
 
     @property
     def gold_label(self) -> int | None:
@@ -150,7 +152,12 @@ class PreferencePair:
 
     @classmethod
     def from_json(cls, line: str) -> PreferencePair:
-        return cls(**json.loads(line))
+        """One line of a file `save_preferences` wrote; each field is checked (`read_preferences`
+        names the line of a bad one)."""
+        record = json.loads(line)
+        if not isinstance(record, dict):
+            raise TypeError(f"a JSON object was expected, got {type(record).__name__}")
+        return cls(**record)
 
 
 def orient(pairs: Iterable[PreferencePair], source: str = "majority") -> list[PreferencePair]:

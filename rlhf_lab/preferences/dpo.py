@@ -37,19 +37,28 @@ import copy
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 
 from ..rl.rollout import Rollout, encode_rollout, policy_forward, sample_and_score
 from ..sampling import SamplingConfig
-from ..tasks import TASKS, get_task
+from ..tasks import get_task, task_names
 from ..tasks.jsonl import SPLIT_N_TRAIN
+from ..tasks.rewards import check_reward_fn
 from ..train.evaluate import completion_budget, greedy_accuracy
 from ..train.loop import SupervisedLoop, backward_and_step
-from ..util.device import autocast, pick_device
-from ..util.validation import check_bool, check_choice, check_number, check_optional
+from ..train.run_state import weights_sha256
+from ..util.device import autocast, check_device, pick_device
+from ..util.limits import (
+    check_memory,
+    check_positions,
+    check_sequence_length,
+    generation_bytes,
+    training_bytes,
+)
+from ..util.validation import Validated, check_choice, check_number, setting
 from .overoptimization import sequence_kl
 
 LOSS_TYPES = ("sigmoid", "ipo")  # TRL's names: "sigmoid" is DPO's loss
@@ -202,52 +211,45 @@ def sampled_kl(policy, ref_model, tokenizer, task, examples: Sequence, num_gener
 
 
 @dataclass
-class DPOConfig:
-    """Settings of one DPO / IPO run (names from TRL's DPOConfig where it has them)."""
+class DPOConfig(Validated):
+    """Settings of one DPO / IPO run (names from TRL's DPOConfig where it has them); each field
+    declares what it accepts (rlhf_lab.util.validation), checked at construction and on assignment."""
 
-    beta: float = 0.1  # TRL's default; IPO's tau
-    loss_type: str = "sigmoid"  # "sigmoid" (DPO) | "ipo"
-    label_smoothing: float = 0.0  # conservative DPO's eps, in [0, 0.5)
+    beta: float = setting(0.1, gt=0, help="TRL's default; IPO's tau")
+    loss_type: str = setting("sigmoid", choices=LOSS_TYPES, help="sigmoid (DPO) or ipo")
+    # eps = 0.5 would weigh "y_w wins" and "y_l wins" equally: no preference left to learn
+    label_smoothing: float = setting(0.0, ge=0, lt=0.5, help="conservative DPO's eps")
     # --- where we start
-    init_checkpoint: str = "addition_rl_start"  # policy and reference (a shipped checkpoint name or a folder)
-    task: str = "addition"  # held-out evaluation, and the prompts of online DPO
-    task_params: dict = field(default_factory=lambda: {"digits": 3})
-    n_train: int = SPLIT_N_TRAIN  # the split every lab trainer uses: the same held-out test set
-    n_test: int = 500
+    init_checkpoint: str = setting("addition_rl_start", help="policy and reference: a checkpoint or folder")
+    task: str = setting("addition", choices=task_names, help="held-out evaluation, and online DPO's prompts")
+    task_params: dict = setting(default_factory=lambda: {"digits": 3}, help="the task's parameters")
+    n_train: int = setting(SPLIT_N_TRAIN, ge=1, help="the split every lab trainer uses")
+    n_test: int = setting(500, ge=1, help="held-out split")
     # --- online DPO: fresh pairs from the current policy, labelled by a judge (a reward model)
-    online: bool = False
-    temperature: float = 1.0  # sampling temperature of online pairs
-    max_completion_length: int | None = None  # None: the task's longest answer + EOS + 2
+    online: bool = setting(False, help="sample fresh pairs each step and let the judge label them")
+    temperature: float = setting(1.0, gt=0, help="sampling temperature of online pairs")
+    max_completion_length: int | None = setting(None, ge=1, help="None: the task's longest answer + EOS + 2")
     # --- optimisation
-    batch_size: int = 32  # pairs per step (online: prompts per step, two samples each)
-    learning_rate: float = 1e-4
-    warmup_steps: int = 0
-    weight_decay: float = 0.0  # AdamW's, on weight matrices only (not on the RMSNorm gains), as SFT
-    max_grad_norm: float = 1.0
+    batch_size: int = setting(32, ge=1, help="pairs per step (online: prompts per step, two samples each)")
+    learning_rate: float = setting(1e-4, gt=0, le=1, help="AdamW learning rate")
+    warmup_steps: int = setting(0, ge=0, help="linear warm-up steps")
+    weight_decay: float = setting(0.0, ge=0, help="AdamW's, on weight matrices only (as SFT)")
+    max_grad_norm: float = setting(1.0, gt=0, help="gradient clipping norm")
     # --- schedule and bookkeeping
-    steps: int = 100
-    time_budget: float | None = None  # seconds of training wall time (evaluation excluded)
-    eval_every: int = 20  # 0: never evaluate
-    eval_examples: int = 200
-    seed: int = 0  # batch order and online sampling
-    device: str = "cpu"
+    steps: int = setting(100, ge=0, help="optimiser steps")
+    time_budget: float | None = setting(None, gt=0, help="seconds of training (evaluation excluded)")
+    eval_every: int = setting(20, ge=0, help="steps between evaluations; 0: never evaluate")
+    eval_examples: int = setting(200, ge=1, help="held-out problems per evaluation (<= n_test)")
+    seed: int = setting(0, ge=0, help="batch order and online sampling")
+    device: str = setting("cpu", check=check_device, help="cpu, cuda, cuda:N, mps or auto")
 
-    def __post_init__(self) -> None:
-        check_loss_settings(self.beta, self.loss_type, self.label_smoothing)
-        check_choice("task", self.task, tuple(sorted(TASKS)))
-        if not isinstance(self.task_params, dict):
-            raise ValueError(f"task_params must be a dict, got {self.task_params!r}")
-        check_bool("online", self.online)
-        check_number("temperature", self.temperature, low=0, low_open=True)
-        check_optional(check_number, "max_completion_length", self.max_completion_length, low=1, integer=True)
-        for name in ("n_train", "n_test", "batch_size", "eval_examples"):
-            check_number(name, getattr(self, name), low=1, integer=True)
-        for name in ("warmup_steps", "steps", "eval_every", "seed"):
-            check_number(name, getattr(self, name), low=0, integer=True)
-        check_number("learning_rate", self.learning_rate, low=0, low_open=True)
-        check_number("weight_decay", self.weight_decay, low=0)
-        check_number("max_grad_norm", self.max_grad_norm, low=0, low_open=True)
-        check_optional(check_number, "time_budget", self.time_budget, low=0, low_open=True)
+    def check(self) -> None:
+        if self.loss_type == "ipo" and self.label_smoothing:
+            raise ValueError(f"label_smoothing must be 0 with loss_type='ipo' (it is conservative DPO's, for "
+                             f"loss_type='sigmoid'), got {self.label_smoothing!r}")
+        if self.eval_examples > self.n_test:
+            raise ValueError(f"eval_examples ({self.eval_examples}) must be <= n_test ({self.n_test}): "
+                             "evaluation draws its problems from the test split")
         get_task(self.task, **self.task_params)  # validates the task's own parameters
 
     def to_dict(self) -> dict:
@@ -304,6 +306,9 @@ class DPOTrainer(SupervisedLoop):
         model, tokenizer = model_and_tokenizer(model, tokenizer, config.init_checkpoint)
         if config.online and judge is None:
             raise ValueError("judge is required when config.online is True: it labels the fresh pairs")
+        for name, reward in (("judge", judge), ("gold_fn", gold_fn)):
+            if reward is not None:
+                check_reward_fn(reward, name)
         if not config.online and not pairs:
             raise ValueError("pairs must hold at least one (prompt, chosen, rejected) pair when config.online "
                              "is False")
@@ -324,13 +329,57 @@ class DPOTrainer(SupervisedLoop):
         self.pair_rollout = self.pair_ref_logps = None
         if self.pairs:
             self.pair_rollout = encode_pairs(tokenizer, self.pairs, self.device)
-            self.pair_ref_logps = self.reference_logprobs(self.pair_rollout)  # (2B,)
+            check_sequence_length(self.model.config, self.pair_rollout.input_ids.shape[1],
+                                  "the longest training pair (prompt + completion)")
         self.eval_rollout = self.eval_ref_logps = None
         if self.eval_pairs:
             self.eval_rollout = encode_pairs(tokenizer, self.eval_pairs, self.device)
+            check_sequence_length(self.model.config, self.eval_rollout.input_ids.shape[1],
+                                  "the longest eval pair (prompt + completion)")
+        self._prompt_tokens = None
+        if config.online:  # the longest training prompt, then a generated completion
+            check_positions(self.model.config, self.prompt_tokens(), self.max_completion_length,
+                            "max_completion_length")
+        self.check_batch_fits()
+        if self.pairs:
+            self.pair_ref_logps = self.reference_logprobs(self.pair_rollout)  # (2B,)
+        if self.eval_pairs:
             self.eval_ref_logps = self.reference_logprobs(self.eval_rollout)
         self.sample_generator = torch.Generator(self.device).manual_seed(config.seed)  # online samples
         self.start(callbacks)  # AdamW, the batch-order generator (pairs / online prompts), bookkeeping
+        self._identity = None
+
+    def check_batch_fits(self) -> None:
+        """Refuse a batch_size whose step (2 x batch_size sequences, and online their sampling) cannot
+        fit in memory, before anything is allocated (also when it was raised after construction)."""
+        c, model_config = self.config, self.model.config
+        rows = 2 * c.batch_size
+        if c.online:
+            length = self.prompt_tokens() + self.max_completion_length
+            needed = generation_bytes(model_config, rows, self.prompt_tokens(), self.max_completion_length)
+        else:
+            length, needed = self.pair_rollout.input_ids.shape[1], 0
+        check_memory(needed + training_bytes(model_config, rows, length), self.device,
+                     f"a DPO step of {c.batch_size} pairs", "batch_size")
+
+    def prompt_tokens(self) -> int:
+        """Tokens of the longest training prompt (online DPO samples after it), counted once."""
+        if self._prompt_tokens is None:
+            encode = self.tokenizer.encode
+            self._prompt_tokens = max(len(encode(e.prompt, add_bos=True)) for e in self.train_examples)
+        return self._prompt_tokens
+
+    def before_train(self) -> None:
+        self.check_batch_fits()
+
+    def identity(self) -> dict[str, str]:
+        """sha256 of the reference (the starting weights) and of a learned judge: a resume from other
+        weights is refused (rlhf_lab.train.run_state)."""
+        if self._identity is None:
+            self._identity = {"reference": weights_sha256([self.ref_model])}
+            if isinstance(self.judge, torch.nn.Module):
+                self._identity["judge"] = weights_sha256([self.judge])
+        return self._identity
 
     # ------------------------------------------------------------------------------------------
     # Public API
@@ -370,7 +419,8 @@ class DPOTrainer(SupervisedLoop):
 
     def evaluate(self, examples: Sequence | None = None) -> float:
         """Held-out greedy exact-match accuracy on `examples` (default `eval_examples`)."""
-        return greedy_accuracy(self.model, self.tokenizer, self.task, examples or self.eval_examples,
+        examples = self.eval_examples if examples is None else examples
+        return greedy_accuracy(self.model, self.tokenizer, self.task, examples,
                                max_new_tokens=self.max_completion_length)
 
     @torch.no_grad()

@@ -51,8 +51,9 @@ from ..checkpoints import load_checkpoint
 from ..model import LlamaModel
 from ..rl.rollout import encode_rollout
 from ..train.loop import SupervisedLoop, backward_and_step
-from ..util.device import autocast, pick_device
-from ..util.validation import check_bool, check_choice, check_number, check_optional
+from ..util.device import autocast, check_device, pick_device
+from ..util.limits import check_memory, check_sequence_length, training_bytes
+from ..util.validation import Validated, check_choice, check_number, setting
 from .data import LABEL_SOURCES, PreferencePair, load_preferences, orient
 
 SHIPPED_REWARD_MODEL = "reward_model"  # data/checkpoints/reward_model
@@ -143,6 +144,7 @@ class RewardModel(nn.Module):
         left-padded prompts with BOS, right-padded completions with EOS where finished (default:
         everywhere); the completion is the last T columns."""
         batch = encode_rollout(self.tokenizer, list(prompts), list(completions), finished, device=self.device)
+        check_sequence_length(self.model.config, batch.input_ids.shape[1], "the longest prompt + completion")
         last_index = batch.prompt_width + batch.completion_mask.sum(dim=1).long() - 1  # EOS, or the last prompt token
         return batch.input_ids, batch.attention_mask, last_index, batch.completion_mask
 
@@ -247,43 +249,33 @@ def pairwise_accuracy(reward_model, pairs: Sequence[PreferencePair], label: str 
     return float(((chosen > rejected).float() + 0.5 * (chosen == rejected).float()).mean())
 
 
+def _check_label(name: str, value) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be one of {LABEL_SOURCES} or an annotator's name, got {value!r}")
+
+
 @dataclass
-class RewardConfig:
-    """Settings of one reward-model run (names as TRL's RewardConfig where it has them)."""
+class RewardConfig(Validated):
+    """Settings of one reward-model run (names as TRL's RewardConfig where it has them); each field
+    declares what it accepts (rlhf_lab.util.validation), checked at construction and on assignment."""
 
-    init_checkpoint: str = "addition_sft"  # the trunk's starting point (InstructGPT: the SFT model)
-    readout: str = "last_token"  # or "last_token+loglik": + w * mean log-likelihood (module docstring)
-    train_trunk: bool = True  # False: train only the scalar head and w (a probe on the frozen SFT model)
-    label: str = "majority"  # which preference to learn: "majority", "gold", or an annotator's name
-    n_pairs: int | None = None  # use the first n training pairs (None: all)
-    steps: int = 300
-    batch_size: int = 32  # pairs per step
-    learning_rate: float = 1e-3
-    warmup_steps: int = 20
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    margin: float = 0.0  # -log sigmoid(r_w - r_l - margin)
-    center_rewards_coefficient: float | None = None  # TRL: + c * (r_w + r_l)^2
-    eval_every: int = 25  # 0: never evaluate
-    time_budget: float | None = None
-    seed: int = 0  # batch order
-    device: str = "cpu"
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.label, str) or not self.label:
-            raise ValueError(f"label must be one of {LABEL_SOURCES} or an annotator's name, got {self.label!r}")
-        check_optional(check_number, "n_pairs", self.n_pairs, low=1, integer=True)
-        check_choice("readout", self.readout, READOUTS)
-        check_bool("train_trunk", self.train_trunk)
-        for name in ("steps", "warmup_steps", "eval_every", "seed"):
-            check_number(name, getattr(self, name), low=0, integer=True)
-        check_number("batch_size", self.batch_size, low=1, integer=True)
-        check_number("learning_rate", self.learning_rate, low=0, low_open=True)
-        check_number("weight_decay", self.weight_decay, low=0)
-        check_number("max_grad_norm", self.max_grad_norm, low=0, low_open=True)
-        check_number("margin", self.margin)
-        check_optional(check_number, "center_rewards_coefficient", self.center_rewards_coefficient, low=0)
-        check_optional(check_number, "time_budget", self.time_budget, low=0, low_open=True)
+    init_checkpoint: str = setting("addition_sft", help="the trunk's start (InstructGPT: the SFT model)")
+    readout: str = setting("last_token", choices=READOUTS, help="last_token+loglik adds w * mean log-lik")
+    train_trunk: bool = setting(True, help="False: train only the scalar head and w (a probe)")
+    label: str = setting("majority", check=_check_label, help="majority, gold, or an annotator's name")
+    n_pairs: int | None = setting(None, ge=1, help="use the first n training pairs (None: all)")
+    steps: int = setting(300, ge=0, help="optimiser steps")
+    batch_size: int = setting(32, ge=1, help="pairs per step")
+    learning_rate: float = setting(1e-3, gt=0, le=1, help="peak AdamW learning rate")
+    warmup_steps: int = setting(20, ge=0, help="linear warm-up steps")
+    weight_decay: float = setting(0.0, ge=0, help="AdamW's weight decay")
+    max_grad_norm: float = setting(1.0, gt=0, help="gradient clipping norm")
+    margin: float = setting(0.0, help="-log sigmoid(r_w - r_l - margin)")
+    center_rewards_coefficient: float | None = setting(None, ge=0, help="TRL: + c * (r_w + r_l)^2")
+    eval_every: int = setting(25, ge=0, help="steps between evaluations; 0: never evaluate")
+    time_budget: float | None = setting(None, gt=0, help="seconds of training (evaluation excluded)")
+    seed: int = setting(0, ge=0, help="batch order")
+    device: str = setting("cpu", check=check_device, help="cpu, cuda, cuda:N, mps or auto")
 
 
 HISTORY_COLUMNS = ("step", "wall_time", "loss", "batch_accuracy", "train_accuracy", "eval_accuracy",
@@ -329,7 +321,18 @@ class RewardTrainer(SupervisedLoop):
         # fine-tuning: Kumar et al. 2022, arXiv 2202.10054)
         for name, parameter in self.model.model.named_parameters():
             parameter.requires_grad_(config.train_trunk or name.startswith("value_head."))
+        pairs = self.train_pairs  # every pair's length checked once: the longest sets a step's width
+        self.max_length = self.model.encode([p.prompt for p in pairs] * 2, [p.chosen for p in pairs]
+                                            + [p.rejected for p in pairs])[0].shape[1]
+        self.check_batch_fits()
         self.start(callbacks)
+
+    def check_batch_fits(self) -> None:
+        """Refuse a batch_size whose step cannot fit in memory, before anything is allocated (also
+        when it was raised after construction)."""
+        rows = 2 * min(self.config.batch_size, len(self.train_pairs))
+        check_memory(training_bytes(self.model.model.config, rows, self.max_length), self.device,
+                     f"a reward-model step of {rows // 2} pairs", "batch_size")
 
     def evaluate(self, pairs: Sequence[PreferencePair] | None = None) -> float:
         """Pairwise accuracy on `pairs` (default the evaluation pairs) against config.label."""
@@ -345,6 +348,7 @@ class RewardTrainer(SupervisedLoop):
                 "eval_gold_accuracy": pairwise_accuracy(self.model, self.eval_pairs, "gold")}
 
     def before_train(self) -> None:
+        self.check_batch_fits()
         self.model.train()
 
     def after_train(self) -> None:

@@ -48,7 +48,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
 }
 
 
-def make_config(algo: str, settings: dict | None = None, **overrides) -> RLConfig:
+def make_config(algo: str, settings: dict | None = None, /, **overrides) -> RLConfig:
     """The config class of `algo` with its defaults, updated with `settings` (a dict shared by several
     runs, e.g. a notebook's budget) and then `overrides`; validated.
 
@@ -59,6 +59,9 @@ def make_config(algo: str, settings: dict | None = None, **overrides) -> RLConfi
         raise ValueError(f"algo must be one of {tuple(ALGORITHMS)}, got {algo!r}")
     config_class = ALGORITHMS[algo].config_class
     values = {**(settings or {}), **overrides}
+    if values.get("algo", algo) != algo:
+        raise ValueError(f"algo must be {algo!r} in a {config_class.__name__}, got {values['algo']!r}: the "
+                         f"algorithm is chosen by make_config's first argument (the CLI's --algo)")
     check_known(config_class.__name__, values, {f.name for f in dataclasses.fields(config_class)})
     return config_class(**values)
 

@@ -3,6 +3,7 @@
 The loop (trainer.py) runs the same phases for every method and asks the algorithm at each hook:
 
     setup(policy)                     build what the method needs beside the policy  (PPO: its critic)
+    check_budget(max_length)          refuse settings the generation budget cannot hold (DAPO)
     models()                          those models, trained with the policy           (PPO's separate critic)
     shape_rollout(rollout, sampler)   change the batch before the loss sees it        (DAPO, ReMax)
     needs_old_logprobs                must log pi_old be computed at rollout time?    (off-policy, PPO)
@@ -72,6 +73,9 @@ class Algorithm(ABC):
 
     def setup(self, policy: torch.nn.Module) -> None:  # noqa: B027  (an optional hook, empty on purpose)
         """Called once with the policy to train, before the optimiser is built."""
+
+    def check_budget(self, max_completion_length: int) -> None:  # noqa: B027  (an optional hook)
+        """Raise ValueError naming a setting that the generation budget cannot hold, at construction."""
 
     def models(self) -> dict[str, torch.nn.Module]:
         """Models this method trains besides the policy, by name: their parameters join the optimiser

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..util.validation import check_choice, check_number
+from ..util.validation import setting
 from .advantages import REINFORCE_BASELINES, reinforce_advantages, remax_advantages, rloo_advantages
 from .policy_gradient import PolicyGradient, PolicyGradientConfig
 
@@ -21,21 +21,14 @@ from .policy_gradient import PolicyGradient, PolicyGradientConfig
 @dataclass
 class ReinforceConfig(PolicyGradientConfig):
     algo: str = "reinforce"
-    baseline: str = "none"  # none | mean
+    baseline: str = setting("none", choices=REINFORCE_BASELINES, help="none | mean")
     clip: bool = False
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_choice("baseline", self.baseline, REINFORCE_BASELINES)
 
 
 @dataclass
 class RLOOConfig(PolicyGradientConfig):
     algo: str = "rloo"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_number("num_generations", self.num_generations, low=2, integer=True)
+    num_generations: int = setting(8, ge=2, help="G per prompt: the others are the baseline")
 
 
 @dataclass

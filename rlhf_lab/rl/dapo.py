@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..util.validation import check_bool, check_number
+from ..util.validation import setting
 from .grpo import GRPO, GRPOConfig
 from .rollout import Rollout
 
@@ -35,17 +35,22 @@ class DAPOConfig(GRPOConfig):
     algo: str = "dapo"
     epsilon_high: float | None = 0.28  # clip-higher
     loss_type: str = "dapo"  # token-level: every token of the batch weighs the same
-    dynamic_sampling: bool = True  # drop groups whose rewards are all equal, refill the batch
-    max_resample_rounds: int = 4  # dynamic sampling gives up refilling after this many extra draws
-    mask_truncated_completions: bool = False  # truncated completions do not enter the loss
-    overlong_buffer: int = 0  # L_cache of the soft overlong penalty (0 = off)
+    dynamic_sampling: bool = setting(True, help="drop groups whose rewards are all equal, refill the batch")
+    max_resample_rounds: int = setting(4, ge=0, help="dynamic sampling gives up after this many extra draws")
+    mask_truncated_completions: bool = setting(False, help="truncated completions do not enter the loss")
+    overlong_buffer: int = setting(0, ge=0, help="L_cache of the soft overlong penalty (0 = off)")
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_bool("dynamic_sampling", self.dynamic_sampling)
-        check_number("max_resample_rounds", self.max_resample_rounds, low=0, integer=True)
-        check_bool("mask_truncated_completions", self.mask_truncated_completions)
-        check_number("overlong_buffer", self.overlong_buffer, low=0, integer=True)
+    def check(self) -> None:
+        super().check()
+        if self.max_completion_length is not None:
+            check_overlong_buffer(self.overlong_buffer, self.max_completion_length)
+
+
+def check_overlong_buffer(overlong_buffer: int, max_completion_length: int) -> None:
+    """The soft penalty's zone lies inside the generation budget: overlong_buffer <= max_completion_length."""
+    if overlong_buffer > max_completion_length:
+        raise ValueError(f"overlong_buffer must satisfy 0 <= overlong_buffer <= {max_completion_length} (the "
+                         f"max_completion_length, within which its penalty zone lies), got {overlong_buffer}")
 
 
 class DAPO(GRPO):
@@ -55,6 +60,9 @@ class DAPO(GRPO):
     def __init__(self, config: DAPOConfig) -> None:
         super().__init__(config)
         self.shaping: dict = {}  # what shape_rollout did at the last step (metrics)
+
+    def check_budget(self, max_completion_length: int) -> None:
+        check_overlong_buffer(self.config.overlong_buffer, max_completion_length)
 
     def shape_rollout(self, rollout, sampler):
         """DAPO's changes to the batch, each one a setting."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..util.validation import check_choice, check_number
+from ..util.validation import setting
 from .advantages import SCALE_REWARDS, group_advantages
 from .policy_gradient import PolicyGradient, PolicyGradientConfig
 
@@ -25,12 +25,8 @@ from .policy_gradient import PolicyGradient, PolicyGradientConfig
 @dataclass
 class GRPOConfig(PolicyGradientConfig):
     algo: str = "grpo"
-    scale_rewards: str = "group"  # group | batch | none (Dr. GRPO)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_number("num_generations", self.num_generations, low=2, integer=True)
-        check_choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
+    num_generations: int = setting(8, ge=2, help="G completions per prompt: a group needs two to compare")
+    scale_rewards: str = setting("group", choices=SCALE_REWARDS, help="group | batch | none (Dr. GRPO)")
 
 
 class GRPO(PolicyGradient):

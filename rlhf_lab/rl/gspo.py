@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..util.validation import check_choice
+from ..util.validation import setting
 from .grpo import GRPO, GRPOConfig
 from .losses import gspo_ratio
 
@@ -29,12 +29,8 @@ class GSPOConfig(GRPOConfig):
     epsilon: float = 3e-4  # the paper's clip range, about 667x smaller than GRPO's 0.2
     epsilon_high: float | None = 4e-4
     num_minibatches: int = 4  # the paper splits each rollout into 4 minibatches: later ones are off-policy
-    importance_sampling_level: str = "sequence"  # sequence | sequence_token (GSPO-token)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_choice("importance_sampling_level", self.importance_sampling_level,
-                     ("sequence", "sequence_token"))
+    importance_sampling_level: str = setting("sequence", choices=("sequence", "sequence_token"),
+                                             help="sequence_token: GSPO-token")
 
 
 class GSPO(GRPO):

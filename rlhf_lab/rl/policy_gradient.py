@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..util.validation import check_bool, check_choice, check_number
+from ..util.validation import setting
 from .algorithm import Algorithm, LossInfo, broadcast_to_tokens
 from .config import RLConfig
 from .kl import kl_k3
@@ -33,15 +33,9 @@ from .losses import LOSS_TYPES, aggregate, clipped_surrogate, token_log_ratio
 
 @dataclass
 class PolicyGradientConfig(RLConfig):
-    loss_type: str = "grpo"  # grpo | bnpo | dr_grpo | dapo: how per-token losses are averaged
-    clip: bool = True  # False: the plain importance-weighted policy gradient -rho * A
-    beta: float = 0.0  # weight of the k3 KL to the reference, in the loss (TRL's default 0)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_choice("loss_type", self.loss_type, LOSS_TYPES)
-        check_bool("clip", self.clip)
-        check_number("beta", self.beta, low=0)
+    loss_type: str = setting("grpo", choices=LOSS_TYPES, help="how per-token losses are averaged")
+    clip: bool = setting(True, help="False: the plain importance-weighted policy gradient -rho * A")
+    beta: float = setting(0.0, ge=0, help="weight of the k3 KL to the reference in the loss")
 
 
 class PolicyGradient(Algorithm):

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from ..util.device import autocast
-from ..util.validation import check_bool, check_choice, check_number
+from ..util.validation import setting
 from .advantages import gae, ppo_token_rewards, whiten
 from .algorithm import Algorithm, LossInfo
 from .config import RLConfig
@@ -38,36 +38,19 @@ class PPOConfig(RLConfig):
     algo: str = "ppo"
     num_iterations: int = 2  # PPO epochs over each rollout (OpenAI used 4; 2 is faster on a CPU here)
     num_minibatches: int = 2
-    gamma: float = 1.0
-    lam: float = 0.95
-    kl_coef: float = 0.05  # TRL's default; OpenAI used 0.2 or adaptive
-    kl_estimator: str = "k1"
-    adaptive_kl: bool = False
-    target_kl: float = 6.0  # adaptive controller: target KL per sequence (nats)
-    kl_horizon: int = 10000
-    whiten_advantages: bool = True
-    whiten_rewards: bool = False
-    vf_coef: float = 0.1
-    cliprange_value: float = 0.2
-    missing_eos_penalty: float | None = None  # subtracted from the score of completions without EOS
-    critic: str = "head"  # head: value head on the policy trunk | separate: its own model (TRL)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_number("gamma", self.gamma, low=0, high=1)
-        check_number("lam", self.lam, low=0, high=1)
-        check_number("kl_coef", self.kl_coef, low=0)
-        check_choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
-        check_bool("adaptive_kl", self.adaptive_kl)
-        check_bool("whiten_advantages", self.whiten_advantages)
-        check_bool("whiten_rewards", self.whiten_rewards)
-        check_number("target_kl", self.target_kl, low=0, low_open=True)
-        check_number("kl_horizon", self.kl_horizon, low=1, integer=True)
-        check_number("vf_coef", self.vf_coef, low=0)
-        check_number("cliprange_value", self.cliprange_value, low=0, low_open=True)
-        if self.missing_eos_penalty is not None:
-            check_number("missing_eos_penalty", self.missing_eos_penalty, low=0)
-        check_choice("critic", self.critic, ("head", "separate"))
+    gamma: float = setting(1.0, ge=0, le=1, help="discount")
+    lam: float = setting(0.95, ge=0, le=1, help="GAE's lambda")
+    kl_coef: float = setting(0.05, ge=0, help="KL weight in the reward (TRL's default)")
+    kl_estimator: str = setting("k1", choices=KL_ESTIMATORS, help="the per-token KL in the reward")
+    adaptive_kl: bool = setting(False, help="adapt kl_coef towards target_kl")
+    target_kl: float = setting(6.0, gt=0, help="adaptive controller: target KL per sequence (nats)")
+    kl_horizon: int = setting(10000, ge=1, help="adaptive controller's horizon")
+    whiten_advantages: bool = setting(True, help="normalise the advantages over the batch")
+    whiten_rewards: bool = setting(False, help="normalise the per-token rewards over the batch")
+    vf_coef: float = setting(0.1, ge=0, help="weight of the value loss")
+    cliprange_value: float = setting(0.2, gt=0, help="clip range of the value update")
+    missing_eos_penalty: float | None = setting(None, ge=0, help="subtracted from unfinished answers' scores")
+    critic: str = setting("head", choices=("head", "separate"), help="value head on the trunk, or own model")
 
 
 class PPO(Algorithm):

@@ -14,6 +14,7 @@ P = prompt width (left-padded), T = completion width (right-padded after EOS).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from numbers import Real
@@ -21,6 +22,7 @@ from numbers import Real
 import torch
 
 from ..sampling import SamplingConfig, generate
+from ..train.callbacks import NonFiniteLossError
 from ..util import fast_paths
 from ..util.device import autocast
 from .losses import selective_log_softmax_and_entropy
@@ -140,20 +142,53 @@ def score_completions(reward_fn, prompts: Sequence[str], completions: Sequence[s
 
     Every reward must be a real number: a None, a string or a tensor of the wrong size raises an
     error naming the reward function and the bad value (a NaN is a number: the trainer stops on it
-    and keeps the last good weights)."""
+    and keeps the last good weights). A number beyond float32's range (1e39, 10**400) would become
+    inf: it raises NonFiniteLossError saying so, which stops the trainer the same way."""
     if hasattr(reward_fn, "score_batch"):
         values = reward_fn.score_batch(list(prompts), list(completions), list(answers), list(finished))
+        if not isinstance(values, (Sequence, torch.Tensor)):
+            raise TypeError(f"reward {reward_name(reward_fn)}.score_batch must return a sequence of "
+                            f"{len(completions)} numbers, got {values!r:.80}")
         values = values.tolist() if isinstance(values, torch.Tensor) else list(values)
         if len(values) != len(completions):
             raise ValueError(f"reward {reward_name(reward_fn)}.score_batch returned {len(values)} values for "
                              f"{len(completions)} completions")
     else:
         values = [reward_fn(p, c, a, f) for p, c, a, f in zip(prompts, completions, answers, finished)]
+    largest = torch.finfo(torch.float32).max
     for i, value in enumerate(values):
         if isinstance(value, bool) or not isinstance(value, Real):
             raise TypeError(f"reward {reward_name(reward_fn)} must return a number, got {value!r} for "
                             f"completion {completions[i]!r} of prompt {prompts[i]!r}")
+        try:
+            number = float(value)
+            beyond = math.isfinite(number) and abs(number) > largest  # NaN, inf: the trainer stops on them
+        except OverflowError:  # an int too large for any float
+            beyond = True
+        if beyond:
+            digits = int(abs(int(value)).bit_length() * 0.30103) + 1 if not isinstance(value, float) else 0
+            shown = f"{value:.3e}" if isinstance(value, float) else f"an integer of about {digits} digits"
+            raise NonFiniteLossError(f"reward {reward_name(reward_fn)} returned {shown} for completion "
+                                     f"{completions[i][:80]!r}: beyond float32's range (|r| <= "
+                                     f"{largest:.3e}), in which the trainer computes; scale the reward down")
     return torch.tensor([float(v) for v in values], dtype=torch.float32)
+
+
+def learned_models(reward, depth: int = 3) -> list[torch.nn.Module]:
+    """The torch modules a reward holds: itself, or those among its attributes and their containers
+    (a WeightedReward's parts, a TimedReward's reward, an ensemble's members), `depth` levels down."""
+    if isinstance(reward, torch.nn.Module):
+        return [reward]
+    if depth == 0 or isinstance(reward, (str, bytes, type)):
+        return []
+    if isinstance(reward, dict):
+        parts = list(reward.values())
+    elif isinstance(reward, (list, tuple)):
+        parts = list(reward)
+    else:
+        parts = list(getattr(reward, "__dict__", {}).values())
+    found = {id(module): module for part in parts for module in learned_models(part, depth - 1)}
+    return list(found.values())
 
 
 def exact_match_reward(task):

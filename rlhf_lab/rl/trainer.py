@@ -26,12 +26,20 @@ from ..checkpoints import model_and_tokenizer
 from ..model.lora import adapters_disabled, add_lora, merged_model
 from ..sampling import SamplingConfig
 from ..tasks import get_task
+from ..tasks.rewards import check_reward_fn
 from ..train.callbacks import Callback, NonFiniteLossError, call_hooks
 from ..train.evaluate import completion_budget, greedy_accuracy
 from ..train.loop import TrainingLoop, backward_and_step
+from ..train.run_state import weights_sha256
 from ..train.schedule import learning_rate_at
 from ..util.device import autocast, pick_device
-from ..util.limits import check_memory, check_positions, check_tokenizer_fits, generation_bytes
+from ..util.limits import (
+    check_memory,
+    check_positions,
+    check_tokenizer_fits,
+    generation_bytes,
+    training_bytes,
+)
 from .algorithm import Algorithm, LossInfo
 from .config import RLConfig
 from .metrics import (
@@ -47,7 +55,7 @@ from .metrics import (
     step_row,
 )
 from .off_policy import corrected_minibatch
-from .rollout import PolicyOutput, Rollout, RolloutSampler, exact_match_reward, policy_forward
+from .rollout import PolicyOutput, Rollout, RolloutSampler, exact_match_reward, learned_models, policy_forward
 from .routing import RoutingMonitor, check_routing_replay, is_moe
 
 __all__ = ["Callback", "LossAndGradient", "NonFiniteLossError", "StepDistributions", "Trainer"]
@@ -95,7 +103,10 @@ class Trainer(TrainingLoop):
                                            weight_decay=c.weight_decay, betas=(0.9, 0.99),
                                            fused=fused or None, foreach=None if fused else True)
         self.task = get_task(c.task, **c.task_params)
+        self.task.check_tokenizer(self.tokenizer, "a model with its own BPE tokenizer (CLI: --model DIR)")
         accuracy_fn = exact_match_reward(self.task)
+        if reward_fn is not None:
+            check_reward_fn(reward_fn)
         if reward_fn is None:
             reward_fn = self.task.reward_fn(c.reward_weights)  # validates the weights' names
             if reward_fn.weights == accuracy_fn.weights:  # the reward is the exact match: score once
@@ -114,6 +125,7 @@ class Trainer(TrainingLoop):
         monitors = [RoutingMonitor()] if is_moe(self.policy) else []
         self.init_loop([*monitors, *callbacks])
         self.distributions: list[StepDistributions] = []
+        self._identity: dict[str, str] | None = None
 
     def make_reference(self):
         """pi_ref, frozen: a copy of the starting policy. With LoRA the policy gets its adapters here and
@@ -283,8 +295,9 @@ class Trainer(TrainingLoop):
         return autocast(self.device, self.config.bf16)
 
     def evaluate(self, examples=None) -> float:
-        """Held-out greedy exact-match accuracy."""
-        return greedy_accuracy(self.policy, self.tokenizer, self.task, examples or self.eval_examples,
+        """Greedy exact-match accuracy on `examples` (default: the held-out `eval_examples`)."""
+        examples = self.eval_examples if examples is None else examples
+        return greedy_accuracy(self.policy, self.tokenizer, self.task, examples,
                                max_new_tokens=self.max_completion_length)
 
     def memory_bytes(self) -> dict:
@@ -323,6 +336,18 @@ class Trainer(TrainingLoop):
 
     def latest_distributions(self) -> StepDistributions | None:
         return self.distributions[-1] if self.config.keep_distributions and self.distributions else None
+
+    def identity(self) -> dict[str, str]:
+        """sha256 of the reference (the starting weights; with LoRA, the policy's frozen base) and of
+        a learned reward model: a resume from other weights is refused (rlhf_lab.train.run_state)."""
+        if self._identity is None:  # neither changes during a run: hashed once
+            reference = self.ref_model if self.ref_model is not None else {
+                name: tensor for name, tensor in self.policy.state_dict().items() if "lora_" not in name}
+            self._identity = {"reference": weights_sha256([reference])}
+            learned = learned_models(self.reward_fn)
+            if learned:
+                self._identity["reward_model"] = weights_sha256(learned)
+        return self._identity
 
     # What a step changes, for the loop's atomic steps and for save_state / resume (rlhf_lab.train)
 
@@ -363,10 +388,10 @@ def check_rollout_fits(trainer: Trainer) -> None:
     prompt_tokens = len(trainer.tokenizer.encode(longest.prompt, add_bos=True))
     completion = trainer.max_completion_length
     check_positions(model_config, prompt_tokens, completion, "max_completion_length")
+    trainer.algorithm.check_budget(completion)
     rows, length = c.prompts_per_step * c.num_generations, prompt_tokens + completion
-    # generation, then the update's forward/backward: ~4 float32 copies of the (rows, T, vocab)
-    # logits (log-softmax, its gradient) and ~16 of each layer's (rows, length, hidden) activations
-    needed = generation_bytes(model_config, rows, prompt_tokens, completion) + rows * length * 4 * (
-        4 * model_config.vocab_size + 16 * model_config.num_hidden_layers * model_config.hidden_size)
+    # generation, then the update's forward and backward
+    needed = generation_bytes(model_config, rows, prompt_tokens, completion)
+    needed += training_bytes(model_config, rows, length)
     check_memory(needed, trainer.device, f"a rollout of {rows} completions of up to {completion} tokens",
                  "prompts_per_step, num_generations or max_completion_length")

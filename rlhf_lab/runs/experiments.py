@@ -70,24 +70,75 @@ def output_folder(out_dir: str | Path) -> Path:
     return Path(out_dir)
 
 
-def prepare_output_folder(out: Path, outputs: tuple, resume: bool, overwrite: bool, kept: tuple = ()) -> None:
-    """Refuse to mix two runs in one folder. A folder holding a run is continued (`resume`), or its
-    run's files (`outputs`, nothing else) are deleted (`overwrite`); a folder holding other files
-    is used only with `overwrite`, which leaves them alone. Files named in `kept` may be there and
-    are left alone (the sft command's folder of checkpoints: README.md, the other presets)."""
-    run_files = [name for name in outputs if (out / name).exists()]
-    others = [p.name for p in out.iterdir()
-              if not p.name.startswith(".") and p.name not in outputs and p.name not in kept] if out.is_dir() else []
-    if run_files and not (resume or overwrite):
-        raise OutputFolderError(f"{out} already holds a run ({', '.join(run_files)}); pass --resume to continue it, "
-                                "--overwrite to replace it, or choose another --out")
-    if others and not run_files and not overwrite:
-        raise OutputFolderError(f"{out} is not empty ({', '.join(sorted(others)[:5])}) and holds no run; choose a new "
-                                "or empty folder (--overwrite writes there anyway, leaving those files alone)")
-    if overwrite and not resume:
-        for name in run_files:
-            path = out / name
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+def read_run(out: Path) -> dict | None:
+    """out/run.json, the record of the run the folder holds (None when there is none). A file that
+    is not one (not JSON, no "command") raises OutputFolderError naming it."""
+    path = out / RUN_FILE
+    if not path.is_file():
+        return None
+    try:
+        run = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise OutputFolderError(f"{path} is not valid JSON ({exc}), so it records no run; remove it if you "
+                                "wrote it, or choose another folder") from exc
+    if not isinstance(run, dict) or not isinstance(run.get("command"), str):
+        raise OutputFolderError(f"{path} records no run (a JSON object with a \"command\"); remove it if you "
+                                "wrote it, or choose another folder")
+    return run
+
+
+def prepare_output_folder(out: Path, outputs: tuple, resume: bool, overwrite: bool, kept: tuple = (),
+                          command: str | None = None) -> None:
+    """Refuse to mix two runs in one folder, and never delete what the lab did not write.
+
+    A folder holding a run (its run.json) is continued (`resume`), or with `overwrite` its run's
+    files (`outputs`, nothing else) are deleted; it must be a run of `command` (when given). A
+    folder holding no run.json is never cleared: paths named like `outputs` there were not written
+    by a run, so they are refused even with `overwrite`, and other files are used only with
+    `overwrite`, which leaves them alone. Files named in `kept` may be there and are left alone
+    (the sft command's folder of checkpoints: README.md, the presets it replaces itself)."""
+    run = read_run(out)
+    present = [name for name in outputs if (out / name).exists()]
+    names = [p.name for p in out.iterdir()] if out.is_dir() else []
+    others = [name for name in names if not name.startswith(".") and name not in outputs and name not in kept]
+    if run is not None:
+        if command is not None and run["command"] != command:
+            raise OutputFolderError(f"{out} holds a `{run['command']}` run, not a `{command}` run; choose "
+                                    "another --out")
+        if not (resume or overwrite):
+            raise OutputFolderError(f"{out} already holds a run ({', '.join(present)}); pass --resume to "
+                                    "continue it, --overwrite to replace it, or choose another --out")
+        if overwrite and not resume:
+            for name in present:
+                path = out / name
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        return
+    foreign = [name for name in present if name not in kept]
+    if foreign:
+        raise OutputFolderError(f"{out} holds {', '.join(foreign)} but no {RUN_FILE}: no run of the lab "
+                                "wrote them, and --overwrite deletes only what a run wrote; move them away "
+                                "or choose another --out")
+    if others and not overwrite:
+        listed = ", ".join(sorted(others)[:5])
+        raise OutputFolderError(f"{out} is not empty ({listed}) and holds no run; choose a new or empty "
+                                "folder (--overwrite writes there anyway, leaving those files alone)")
+
+
+@contextlib.contextmanager
+def run_record(out: Path, record: dict, resume: bool):
+    """Write out/run.json (what --resume reads) for the block. If the block fails with an error
+    (not a stop) before any resumable state was saved under out/STATE_FOLDER, a run.json it wrote is
+    removed again: the folder is as it was, and the corrected command is not refused."""
+    fresh = not (out / RUN_FILE).exists() and not resume
+    with signals_deferred():
+        write_text_atomic(out / RUN_FILE, json.dumps(record, indent=2) + "\n")
+    try:
+        yield
+    except Exception:
+        state = out / STATE_FOLDER
+        if fresh and not (state.exists() and any(state.iterdir())):
+            (out / RUN_FILE).unlink(missing_ok=True)
+        raise
 
 
 @contextlib.contextmanager
@@ -116,39 +167,44 @@ def train_run(config, out_dir: str | Path, progress: bool = True, save_checkpoin
     check_number("save_every", save_every, low=0, integer=True)
     out = output_folder(out_dir)
     with FolderLock(out), removed_if_refused(out):
-        prepare_output_folder(out, TRAIN_OUTPUTS, resume, overwrite)
+        prepare_output_folder(out, TRAIN_OUTPUTS, resume, overwrite, command="train")
         trainer = trainer or Trainer(config)  # bad settings raise here, before anything is written
-        with signals_deferred():
-            run = {"command": "train", "config": config.to_dict(), **(run_info or {})}
-            write_text_atomic(out / RUN_FILE, json.dumps(run, indent=2) + "\n")
-        state = out / STATE_FOLDER
-        if resume and has_state(state):
-            trainer.resume(state)
-        trainer.add_callback(Checkpointer(state, every=save_every))
-        trainer.resume_hint = f"It is saved in {state}; continue with: python -m rlhf_lab train --resume {out}"
-        total = None if config.time_budget else config.steps
-        if progress:
-            trainer.add_callback(ProgressBar(total))
-        start = time.perf_counter()
-        steps_left, budget_left = remaining(trainer)
-        trainer.train(steps=steps_left, time_budget=budget_left)  # 0 steps still finishes a cut evaluation
-        with signals_deferred():
-            write_text_atomic(out / "history.csv", trainer.history.to_csv(index=False))
-        summary = summarize(trainer)
-        summary["elapsed_seconds"] = time.perf_counter() - start
-        with signals_deferred():
-            write_text_atomic(out / "metrics.json", json.dumps(summary, indent=2, default=str) + "\n")
-        if plots:
-            try:
-                from ..viz import save_training_plots
-
-                save_training_plots(trainer.history, trainer.distributions, out / "plots", config=trainer.config)
-            except ImportError:  # plotting is optional for the CLI
-                pass
-        if save_checkpoint:
-            with signals_deferred():
-                trainer.save(out / "checkpoint")
+        with run_record(out, {"command": "train", "config": config.to_dict(), **(run_info or {})}, resume):
+            summary = _train_into(trainer, config, out, resume, progress, save_every, plots, save_checkpoint)
     summary["trainer"] = trainer
+    return summary
+
+
+def _train_into(trainer: Trainer, config, out: Path, resume: bool, progress: bool, save_every: int,
+                plots: bool, save_checkpoint: bool) -> dict:
+    """train_run's work once the folder is prepared and run.json written."""
+    state = out / STATE_FOLDER
+    if resume and has_state(state):
+        trainer.resume(state)
+    trainer.add_callback(Checkpointer(state, every=save_every))
+    trainer.resume_hint = f"It is saved in {state}; continue with: python -m rlhf_lab train --resume {out}"
+    total = None if config.time_budget else config.steps
+    if progress:
+        trainer.add_callback(ProgressBar(total))
+    start = time.perf_counter()
+    steps_left, budget_left = remaining(trainer)
+    trainer.train(steps=steps_left, time_budget=budget_left)  # 0 steps still finishes a cut evaluation
+    with signals_deferred():
+        write_text_atomic(out / "history.csv", trainer.history.to_csv(index=False))
+    summary = summarize(trainer)
+    summary["elapsed_seconds"] = time.perf_counter() - start
+    with signals_deferred():
+        write_text_atomic(out / "metrics.json", json.dumps(summary, indent=2, default=str) + "\n")
+    if plots:
+        try:
+            from ..viz import save_training_plots
+
+            save_training_plots(trainer.history, trainer.distributions, out / "plots", config=trainer.config)
+        except ImportError:  # plotting is optional for the CLI
+            pass
+    if save_checkpoint:
+        with signals_deferred():
+            trainer.save(out / "checkpoint")
     return summary
 
 
@@ -162,13 +218,14 @@ def compare_runs(algos: list[str], out_dir: str | Path, progress: bool = True, t
         raise ValueError(f"algos lists {duplicates} more than once; each algorithm's run has one folder")
     out = output_folder(out_dir)
     with FolderLock(out), removed_if_refused(out):
-        prepare_output_folder(out, COMPARE_OUTPUTS + tuple(algos), resume, overwrite)
+        prepare_output_folder(out, COMPARE_OUTPUTS + tuple(algos), resume, overwrite, command="compare")
+        configs = [make_config(algo, **overrides) for algo in algos]  # bad settings raise before any write
         with signals_deferred():
             write_text_atomic(out / RUN_FILE, json.dumps({"command": "compare", "algos": list(algos), "target": target,
                                                           "overrides": overrides}, indent=2) + "\n")
         rows, histories = [], {}
-        for algo in algos:
-            summary = train_run(make_config(algo, **overrides), out / algo, progress=progress, resume=resume,
+        for algo, config in zip(algos, configs):
+            summary = train_run(config, out / algo, progress=progress, resume=resume,
                                 save_every=save_every, plots=plots)
             history = summary.pop("trainer").history
             histories[algo] = history

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from ..model.paged_cache import PagedKVCache
 from ..util.device import autocast
 from ..util.limits import check_memory, check_positions, check_token_ids, generation_bytes
-from ..util.validation import Validated, check_choice, check_number
+from ..util.validation import Validated, check_choice, check_number, setting
 from .config import SamplingConfig
 from .generate import _encode_prompts, generate, make_cache
 
@@ -67,22 +67,17 @@ class BeamSearchConfig(Validated):
         num_return_sequences: hypotheses returned per prompt, best first; at most num_beams.
     """
 
-    num_beams: int = 4
-    max_new_tokens: int = 16
-    length_penalty: float = 1.0
-    early_stopping: bool | str = False
-    num_return_sequences: int = 1
+    num_beams: int = setting(4, ge=1, help="beams kept per prompt; 1 = greedy")
+    max_new_tokens: int = setting(16, ge=1, help="tokens per hypothesis at most, EOS included")
+    length_penalty: float = setting(1.0, help="rank by sum log p / length ** length_penalty")
+    early_stopping: bool | str = setting(False, choices=EARLY_STOPPING_CHOICES, help="True, False or 'never'")
+    num_return_sequences: int = setting(1, ge=1, help="hypotheses returned per prompt (<= num_beams)")
 
-    def __post_init__(self) -> None:
-        check_number("num_beams", self.num_beams, low=1, integer=True)
-        check_number("max_new_tokens", self.max_new_tokens, low=1, integer=True)
-        check_number("length_penalty", self.length_penalty)
+    def check(self) -> None:
+        if self.num_return_sequences > self.num_beams:
+            raise ValueError(f"num_return_sequences must satisfy 1 <= num_return_sequences <= "
+                             f"{self.num_beams} (num_beams), got {self.num_return_sequences!r}")
         self.length_penalty = float(self.length_penalty)
-        # `1 in (True, False, "never")` is True in Python (1 == True): compare types as well.
-        early = self.early_stopping if isinstance(self.early_stopping, (bool, str)) else repr(self.early_stopping)
-        check_choice("early_stopping", early, EARLY_STOPPING_CHOICES)
-        check_number("num_return_sequences", self.num_return_sequences, low=1, high=self.num_beams,
-                     integer=True)
 
     def hf_generate_kwargs(self) -> dict:
         """Keyword arguments for transformers' `model.generate` that mean the same thing (sampling off)."""

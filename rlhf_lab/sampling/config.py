@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from rlhf_lab.util.validation import Validated, check_bool, check_number, check_optional
+from rlhf_lab.util.validation import Validated, setting
 
 
 @dataclass
@@ -43,41 +43,30 @@ class SamplingConfig(Validated):
             distribution it was sampled from (what an RL rollout stores as `old_logprobs`).
     """
 
-    do_sample: bool = True
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    no_repeat_ngram_size: int = 0
-    max_new_tokens: int = 16
-    min_new_tokens: int = 0
-    min_tokens_to_keep: int = 1
-    seed: int | None = None
-    return_logprobs: bool = False
+    do_sample: bool = setting(True, help="draw from the filtered distribution; False: greedy")
+    temperature: float = setting(1.0, ge=0, help="logits / temperature; > 0 when sampling")
+    top_k: int = setting(0, ge=0, help="keep the k best tokens; 0 = off")
+    top_p: float = setting(1.0, gt=0, le=1, help="nucleus mass; 1.0 = off")
+    min_p: float = setting(0.0, ge=0, lt=1, help="relative probability floor; 0 = off")
+    repetition_penalty: float = setting(1.0, gt=0, help="CTRL penalty on seen tokens; 1.0 = off")
+    no_repeat_ngram_size: int = setting(0, ge=0, help="forbid repeating an n-gram of this size; 0 = off")
+    max_new_tokens: int = setting(16, ge=1, help="tokens generated at most")
+    min_new_tokens: int = setting(0, ge=0, help="EOS forbidden before this many tokens (<= max_new_tokens)")
+    min_tokens_to_keep: int = setting(1, ge=1, help="no filter leaves fewer candidates")
+    seed: int | None = setting(None, help="seed of the sampling generator; None = unseeded")
+    return_logprobs: bool = setting(False, help="also return each sampled token's log-prob")
 
-    def __post_init__(self) -> None:
-        check_bool("do_sample", self.do_sample)
-        check_bool("return_logprobs", self.return_logprobs)
-
-        check_number("temperature", self.temperature, low=0)  # 0 is fine when greedy: it is ignored
-        if self.do_sample and self.temperature == 0:
+    def check(self) -> None:
+        if self.do_sample and self.temperature == 0:  # 0 is fine when greedy: it is ignored
             raise ValueError(
                 f"temperature must be > 0 when do_sample=True, got {self.temperature}; "
                 "for greedy decoding use do_sample=False (SamplingConfig.greedy())"
             )
-        check_number("top_p", self.top_p, low=0, high=1, low_open=True)
-        check_number("min_p", self.min_p, low=0, high=1, high_open=True)
-        check_number("repetition_penalty", self.repetition_penalty, low=0, low_open=True)  # 1.0 = off
+        if self.min_new_tokens > self.max_new_tokens:
+            raise ValueError(f"min_new_tokens must satisfy 0 <= min_new_tokens <= {self.max_new_tokens} "
+                             f"(max_new_tokens), got {self.min_new_tokens!r}")
         for name in ("temperature", "top_p", "min_p", "repetition_penalty"):
             setattr(self, name, float(getattr(self, name)))  # ints are accepted, stored as floats
-
-        for name in ("top_k", "no_repeat_ngram_size"):  # 0 = off
-            check_number(name, getattr(self, name), low=0, integer=True)
-        check_number("max_new_tokens", self.max_new_tokens, low=1, integer=True)
-        check_number("min_new_tokens", self.min_new_tokens, low=0, high=self.max_new_tokens, integer=True)
-        check_number("min_tokens_to_keep", self.min_tokens_to_keep, low=1, integer=True)
-        check_optional(check_number, "seed", self.seed, integer=True)
 
     @classmethod
     def greedy(cls, **kwargs: Any) -> SamplingConfig:

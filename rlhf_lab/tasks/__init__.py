@@ -28,7 +28,7 @@ from rlhf_lab.tasks.reasoning import (
     number_answer_reward,
     think_answer_format_reward,
 )
-from rlhf_lab.tasks.registry import TASKS, get_task
+from rlhf_lab.tasks.registry import TASKS, get_task, task_names
 from rlhf_lab.tasks.rewards import (
     REWARDS,
     RewardFn,
@@ -75,6 +75,7 @@ __all__ = [
     "partial_credit_reward",
     "score_batch",
     "steps_reward",
+    "task_names",
     "write_datasets",
     "write_jsonl",
 ]

@@ -122,6 +122,14 @@ class Task(ABC):
         rng = random.Random(f"ood:{seed}:{extra}")
         return [self.ood_example_at(index, extra) for index in sample_distinct(rng, space, n_test)]
 
+    def check_tokenizer(self, tokenizer, hint: str = "a BPE tokenizer") -> None:
+        """Raise ValueError if `tokenizer` is a character tokenizer (one with `chars`) and this task
+        writes free text (`chars` None), which only a BPE tokenizer encodes. `hint` says what to use.
+        (A character missing from a character tokenizer is named when it is met.)"""
+        if getattr(tokenizer, "chars", None) is not None and self.chars is None:
+            raise ValueError(f"task {self.name!r} writes free text, which the character tokenizer cannot "
+                             f"encode: it needs a BPE tokenizer; use {hint}")
+
     # Reward hooks ---------------------------------------------------------------------------------
 
     def extract_answer(self, completion: str) -> str | None:

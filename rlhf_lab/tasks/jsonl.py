@@ -18,6 +18,7 @@ from typing import Any
 
 from rlhf_lab.tasks.base import Example
 from rlhf_lab.tasks.registry import get_task
+from rlhf_lab.util.atomic import naming
 from rlhf_lab.util.validation import check_number
 
 # (registry name, parameters). The three addition formats use the same digits and seed, hence the
@@ -44,10 +45,13 @@ def example_to_json(example: Example) -> str:
 def write_jsonl(path: str | Path, examples: Iterable[Example]) -> Path:
     """Write examples to `path`, one JSON object per line; returns the path."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8", newline="\n") as f:
-        for example in examples:
-            f.write(example_to_json(example) + "\n")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8", newline="\n") as f:
+            for example in examples:
+                f.write(example_to_json(example) + "\n")
+    except OSError as exc:  # a full disk or a read-only folder: say which file
+        raise naming(exc, path) from exc
     return path
 
 
@@ -56,19 +60,26 @@ def read_records(path: str | Path, parse, what: str) -> list:
     ValueError naming the file, the line number and `what` it should have been."""
     records = []
     with Path(path).open(encoding="utf-8") as f:
-        for line_number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(parse(line))
-            except (json.JSONDecodeError, KeyError, TypeError) as error:
-                raise ValueError(f"{path}:{line_number}: not {what} ({error!r})") from error
+        try:
+            for line_number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    records.append(parse(line))
+                except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+                    raise ValueError(f"{path}:{line_number}: not {what} ({error})") from error
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{path}: not a UTF-8 text file of {what} records ({error})") from error
     return records
 
 
 def _example_from_json(line: str) -> Example:
     record = json.loads(line)
-    return Example(prompt=record["prompt"], answer=record["answer"], completion=record["completion"])
+    fields = {key: record[key] for key in ("prompt", "answer", "completion")}
+    for key, value in fields.items():
+        if not isinstance(value, str):
+            raise TypeError(f"{key} must be a string, got {value!r}")
+    return Example(**fields)
 
 
 def load_jsonl(path: str | Path) -> list[Example]:
@@ -88,10 +99,14 @@ def write_datasets(
 
     Returns {file name: path}, manifest.json included. Deterministic: same arguments, same bytes.
     """
-    for name, value in (("seed", seed), ("n_train", n_train), ("n_test", n_test), ("n_ood", n_ood)):
-        check_number(name, value, low=0, integer=True)
+    check_number("seed", seed, low=0, integer=True)
+    for name, value in (("n_train", n_train), ("n_test", n_test), ("n_ood", n_ood)):
+        check_number(name, value, low=1, integer=True)  # an empty split is no dataset
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise naming(exc, out_dir) from exc
     written: dict[str, Path] = {}
     manifest: dict[str, Any] = {
         "seed": seed,
@@ -110,7 +125,10 @@ def write_datasets(
             files[split] = {"file": file_name, "examples": len(examples)}
         manifest["tasks"][name] = {"params": task.params(), "files": files}
     manifest_path = out_dir / "manifest.json"
-    with manifest_path.open("w", encoding="utf-8", newline="\n") as f:
-        f.write(json.dumps(manifest, sort_keys=True, indent=1) + "\n")
+    try:
+        with manifest_path.open("w", encoding="utf-8", newline="\n") as f:
+            f.write(json.dumps(manifest, sort_keys=True, indent=1) + "\n")
+    except OSError as exc:
+        raise naming(exc, manifest_path) from exc
     written["manifest.json"] = manifest_path
     return written

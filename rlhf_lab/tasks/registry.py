@@ -26,6 +26,11 @@ TASKS: dict[str, tuple[type[Task], dict[str, Any]]] = {
 }
 
 
+def task_names() -> tuple[str, ...]:
+    """The registered task names, sorted: what a config's `task` may be."""
+    return tuple(sorted(TASKS))
+
+
 def get_task(name: str, **params: Any) -> Task:
     """Build the task `name` with its parameters, e.g. get_task('addition', digits=3).
 

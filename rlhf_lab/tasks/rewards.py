@@ -55,6 +55,29 @@ from rlhf_lab.util.validation import check_choice, check_number
 RewardFn = Callable[..., float]  # (prompt, completion, reference, finished=True) -> float
 
 
+def check_reward_fn(reward_fn, field: str = "reward_fn") -> None:
+    """Raise ValueError naming `field` unless `reward_fn` can be called as a reward: a callable
+    (prompt, completion, answer, finished) -> float, or an object whose `score_batch(prompts,
+    completions, answers, finished)` scores a batch. Checked when a trainer is built, not at its
+    first step."""
+    import inspect
+
+    function = getattr(reward_fn, "score_batch", reward_fn)
+    contract = (f"{field} must be a callable (prompt, completion, answer, finished) -> float, or an object "
+                "with score_batch(prompts, completions, answers, finished)")
+    if not callable(function):
+        raise ValueError(f"{contract}, got {reward_fn!r}")
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to check
+        return
+    try:
+        signature.bind("prompt", "completion", "answer", True)
+    except TypeError:
+        name = getattr(function, "__qualname__", type(function).__name__)
+        raise ValueError(f"{contract}; {name}{signature} cannot take those four arguments") from None
+
+
 def _check_inputs(completion: str, reference: str) -> None:
     # A non-string completion (e.g. token ids) is a bug in the caller, not a model mistake.
     if not isinstance(completion, str):

@@ -41,7 +41,7 @@ def greedy_accuracy(
     Returns the accuracy, or (accuracy, completions) with return_completions=True.
     """
     if len(examples) == 0:
-        raise ValueError("examples must not be empty")
+        raise ValueError("examples must hold at least one Example to evaluate on, got none")
     was_training = model.training
     model.eval()
     config = SamplingConfig(do_sample=False, max_new_tokens=max_new_tokens or completion_budget(examples))

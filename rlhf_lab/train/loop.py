@@ -64,6 +64,7 @@ class TrainingLoop:
 
         Returns the history. Stops early, cleanly, on KeyboardInterrupt or a non-finite loss
         (`self.stop_reason` says which); the model is then as it was after the last good step.
+        Warns when held-out accuracy collapsed to 0 (`collapse_message`).
         """
         c = self.config
         steps = c.steps if steps is None else steps
@@ -72,7 +73,7 @@ class TrainingLoop:
         if time_budget is not None:
             check_number("time_budget", time_budget, low=0, low_open=True)
         budget_end = None if time_budget is None else self.train_time + time_budget
-        last_step = self.step + steps
+        first_step, last_step = self.step, self.step + steps
         self.stop_reason = None
         self.stop_request = None
         self.before_train()
@@ -105,7 +106,21 @@ class TrainingLoop:
         finally:
             self.after_train()
             call_hooks(self.callbacks, "on_train_end", self)
+        collapse = self.collapse_message() if self.step > first_step else None
+        if collapse:
+            warnings.warn(collapse, RuntimeWarning, stacklevel=2)
         return self.history
+
+    def collapse_message(self) -> str | None:
+        """A warning when held-out accuracy fell from above 0 to exactly 0 (no held-out problem solved
+        any more): said at the end of train(), since every step may look fine on its own."""
+        values = [row.get("eval_accuracy") for row in self.rows]
+        accuracies = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+        if len(accuracies) < 2 or accuracies[0] <= 0 or accuracies[-1] != 0:
+            return None
+        return (f"held-out accuracy collapsed from {accuracies[0]:.1%} to 0 by step {self.step}: the model "
+                f"no longer solves any held-out problem. A learning rate too high is the usual cause "
+                f"(learning_rate={self.config.learning_rate}); lower it")
 
     def train_step(self) -> dict:
         """One step, atomically: if anything fails (a non-finite loss, a KeyboardInterrupt) the model,
@@ -200,6 +215,12 @@ class TrainingLoop:
     def load_extra_state(self, state: dict) -> None:
         """Restore what `extra_state` returned."""
         self.load_step_state(state)
+
+    def identity(self) -> dict[str, str]:
+        """What the run is built on but does not save, by name -> a sha256 (`run_state.weights_sha256`),
+        e.g. {"reference": ...}: a resume refuses a trainer whose identity differs (the frozen
+        reference or reward model was changed on disk in between)."""
+        return {}
 
     def save_state(self, folder) -> Path:
         """Write this trainer's whole state to `folder` (atomically); `resume(folder)` continues from it."""

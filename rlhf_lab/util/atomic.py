@@ -1,6 +1,7 @@
 """Writes that a crash cannot half-do, and a lock that a crash cannot leave behind.
 
     write_text_atomic(path, text)       temp file beside `path` -> fsync -> os.replace
+    write_bytes(path, data)             a plain write whose failure is an OSError naming `path`
     replace_folder(folder, write)       build the folder under a hidden name, then swap it in
     recover_folder(folder)              after a killed save: finish or undo the swap, drop leftovers
     FolderLock(folder)                  one writer per folder; the OS releases it when the process dies
@@ -51,7 +52,10 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     a temporary file in the same folder, flushed to disk, then renamed over `path`."""
     path = Path(path)
     recover_folder(path)  # deletes the temporary files of a killed earlier write (same naming)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
+    except OSError as exc:
+        raise naming(exc, path) from exc
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
@@ -59,10 +63,30 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes it private
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise naming(exc, path) from exc
         raise
     return path
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write `data` to `path` with Python's own file API, so that a failure (a full disk) is an
+    OSError naming the file, not a library's own error (torch's "unexpected pos", safetensors')."""
+    path = Path(path)
+    try:
+        with open(path, "wb") as handle:
+            handle.write(data)
+    except OSError as exc:
+        raise naming(exc, path) from exc
+    return path
+
+
+def naming(error: OSError, path: str | os.PathLike) -> OSError:
+    """The same OSError (errno, reason) with `path` as its file: the one the user knows, not a
+    temporary name beside it."""
+    return type(error)(error.errno, error.strerror or str(error), str(path))
 
 
 def _pid_alive(pid: int) -> bool:
@@ -124,10 +148,13 @@ def replace_folder(folder: str | os.PathLike, write: Callable[[Path], None]) -> 
     every file is flushed to disk, and the result is renamed into place. A reader sees the old
     folder or the new one; a kill at any moment leaves one of them (see `recover_folder`)."""
     folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    recover_folder(folder)
-    pid = os.getpid()
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{pid}-", dir=folder.parent))
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        recover_folder(folder)
+        pid = os.getpid()
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{pid}-", dir=folder.parent))
+    except OSError as exc:
+        raise naming(exc, folder) from exc
     ready = folder.with_name(f".{folder.name}.new-{pid}")
     old = folder.with_name(f".{folder.name}.old-{pid}")
     try:
@@ -144,7 +171,7 @@ def replace_folder(folder: str | os.PathLike, write: Callable[[Path], None]) -> 
         os.replace(ready, folder)
         _fsync_dir(folder.parent)
         shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if not folder.exists():  # interrupted between the renames: put a complete copy back
             for copy in (ready, old):
@@ -152,6 +179,8 @@ def replace_folder(folder: str | os.PathLike, write: Callable[[Path], None]) -> 
                     os.replace(copy, folder)
                     break
         shutil.rmtree(ready, ignore_errors=True)
+        if isinstance(exc, OSError):  # a full disk, say: the previous folder is still there
+            raise naming(exc, folder) from exc
         raise
     return folder
 

@@ -17,14 +17,21 @@ import torch
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
 
 
+def check_device(name: str, value) -> None:
+    """Raise ValueError naming `name` unless `value` names a device kind: one of DEVICE_CHOICES, or
+    'cuda:N'. (Whether that device is present is `pick_device`'s question, asked where it is used.)"""
+    kind, _, index = value.lower().partition(":") if isinstance(value, str) else ("", "", "")
+    if kind not in DEVICE_CHOICES or (index and not (kind == "cuda" and index.isdigit())):
+        raise ValueError(f"{name} must be one of {DEVICE_CHOICES} (optionally 'cuda:N'), got {value!r}")
+
+
 def pick_device(preference: str | torch.device | None = None) -> torch.device:
     """'auto' (default, or env RLHF_LAB_DEVICE) -> cuda if available, else mps, else cpu."""
     if isinstance(preference, torch.device):
         return preference
     choice = (preference or os.environ.get("RLHF_LAB_DEVICE") or "auto").lower()
+    check_device("device", choice)
     kind = choice.split(":")[0]
-    if kind not in DEVICE_CHOICES:
-        raise ValueError(f"device must be one of {DEVICE_CHOICES} (optionally 'cuda:N'), got {preference!r}")
     if kind == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")

@@ -3,7 +3,9 @@
     check_tokenizer_fits(tokenizer, model_config)       every token id has an embedding row
     check_token_ids(ids, vocab_size)                     prompt ids inside the vocabulary
     check_positions(model_config, prompt, new, field)    prompt + generation <= max_position_embeddings
+    check_sequence_length(model_config, length, what)    a whole sequence <= max_position_embeddings
     generation_bytes(model_config, rows, prompt, new)    what `generate` allocates, estimated
+    training_bytes(model_config, rows, length)           what a forward and backward allocate, estimated
     check_memory(needed, device, what, field)            refuse a request that cannot fit, before allocating
 
 A request that would not fit raises ValueError naming the setting to change, instead of an
@@ -44,6 +46,24 @@ def check_positions(model_config, prompt_tokens: int, new_tokens: int, field: st
         raise ValueError(f"{field} must be <= {max(limit - prompt_tokens, 0)}: the longest prompt has "
                          f"{prompt_tokens} tokens and the model's max_position_embeddings is {limit}, "
                          f"got {field}={new_tokens}")
+
+
+def check_sequence_length(model_config, length: int, what: str) -> None:
+    """Raise ValueError unless a sequence of `length` tokens (`what` it is) fits the model's context:
+    past max_position_embeddings the model meets positions it was never trained on."""
+    limit = model_config.max_position_embeddings
+    if length > limit:
+        raise ValueError(f"{what} has {length} tokens, more than the model's max_position_embeddings "
+                         f"({limit}); shorten it")
+
+
+def training_bytes(model_config, rows: int, length: int) -> int:
+    """Bytes one forward and backward over (rows, length) tokens allocate, estimated: ~4 float32
+    copies of the (rows, length, vocab) logits (log-softmax and its gradient) and ~16 of each
+    layer's (rows, length, hidden) activations, plus the batch's int64 indices."""
+    c = model_config
+    per_token = 4 * (4 * c.vocab_size + 16 * c.num_hidden_layers * c.hidden_size)
+    return rows * length * per_token + rows * 8
 
 
 def generation_bytes(model_config, rows: int, prompt_tokens: int, new_tokens: int, dtype_bytes: int = 4) -> int:
