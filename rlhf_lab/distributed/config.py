@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..util.validation import Validated, check_choice, check_number, check_optional
+from ..util.validation import Validated, check_choice, check_number, setting
 
 LAUNCHES = ("spawn", "torchrun", "inline")
 SYNC_MODES = ("bucket", "tensor")
@@ -26,7 +26,7 @@ ROLLOUT_CACHES = ("static", "int8")
 class SplitConfig(Validated):
     """One learner process and `rollout_workers` rollout processes.
 
-    launch: "spawn" starts the rollout processes from this one (torch.multiprocessing), "torchrun"
+    launch: "spawn" starts the rollout processes from this one (`python -m rlhf_lab.distributed`), "torchrun"
         reads RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT from the environment (rank 0 learns),
         "inline" keeps one rollout worker in this process and feeds the learner rollouts exactly
         `max_staleness` versions old: the same algorithm without processes (deterministic, no overlap).
@@ -36,37 +36,26 @@ class SplitConfig(Validated):
     sync: how weights travel, "bucket" (one flat broadcast) or "tensor" (one broadcast per tensor).
     backend: the weight groups' backend, "gloo" (CPU) or "nccl" (GPUs). Rollouts always go over gloo.
     master_port: None picks a free port at run time.
-    rollout_dtype, rollout_cache: the rollout copy's precision and KV cache ("int8": quantized, groups of 8),
-        while the learner stays in its own precision: the rollout/trainer mismatch.
+    rollout_dtype, rollout_cache: the rollout copy's precision and KV cache ("int8": quantized, groups
+        of 8), while the learner stays in its own precision: the rollout/trainer mismatch.
     timeout: seconds a collective may wait before it fails (a dead peer under torchrun).
     max_restarts: how often the rollout processes may be restarted after one dies (spawn only).
     """
 
-    rollout_workers: int = 1
-    max_staleness: int = 0
-    launch: str = "spawn"
-    sync: str = "bucket"
-    backend: str = "gloo"
-    master_addr: str = "127.0.0.1"
-    master_port: int | None = None
-    rollout_dtype: str = "float32"
-    rollout_cache: str = "static"
-    threads: int = 1  # torch threads per process: the processes share the machine's cores
-    timeout: float = 120.0
-    max_restarts: int = 3
+    rollout_workers: int = setting(1, ge=1, help="rollout processes beside the learner")
+    max_staleness: int = setting(0, ge=0, help="K: how many policy versions a rollout may lag")
+    launch: str = setting("spawn", choices=LAUNCHES, help="spawn | torchrun | inline")
+    sync: str = setting("bucket", choices=SYNC_MODES, help="one flat bucket, or tensor by tensor")
+    backend: str = setting("gloo", choices=BACKENDS, help="the weight groups' backend")
+    master_addr: str = setting("127.0.0.1", help="where the processes meet")
+    master_port: int | None = setting(None, ge=1, le=65535, help="None: a free port picked at run time")
+    rollout_dtype: str = setting("float32", choices=ROLLOUT_DTYPES, help="the rollout copy's precision")
+    rollout_cache: str = setting("static", choices=ROLLOUT_CACHES, help="the rollout copy's KV cache")
+    threads: int = setting(1, ge=1, help="torch threads per process: the processes share the cores")
+    timeout: float = setting(120.0, gt=0, help="seconds a collective may wait before it fails")
+    max_restarts: int = setting(3, ge=0, help="restarts of the rollout processes after one dies")
 
-    def __post_init__(self) -> None:
-        check_number("rollout_workers", self.rollout_workers, low=1, integer=True)
-        check_number("max_staleness", self.max_staleness, low=0, integer=True)
-        check_choice("launch", self.launch, LAUNCHES)
-        check_choice("sync", self.sync, SYNC_MODES)
-        check_choice("backend", self.backend, BACKENDS)
-        check_optional(check_number, "master_port", self.master_port, low=1, high=65535, integer=True)
-        check_choice("rollout_dtype", self.rollout_dtype, ROLLOUT_DTYPES)
-        check_choice("rollout_cache", self.rollout_cache, ROLLOUT_CACHES)
-        check_number("threads", self.threads, low=1, integer=True)
-        check_number("timeout", self.timeout, low=0, low_open=True)
-        check_number("max_restarts", self.max_restarts, low=0, integer=True)
+    def check(self) -> None:
         if self.launch == "inline" and self.rollout_workers != 1:
             raise ValueError(f"rollout_workers must be 1 with launch='inline' (one worker in this process), "
                              f"got {self.rollout_workers}")

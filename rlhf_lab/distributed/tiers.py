@@ -8,7 +8,9 @@
 `InlineTier`: one worker in this process, each rollout sampled with the weights of exactly K
 versions ago (of the start version at first): the schedule a split follows when its rollout workers
 are never the bottleneck, deterministic, with no overlap. `ProcessTier`: rollout processes over
-torch.distributed, started by torch.multiprocessing (spawn) or already there (torchrun).
+torch.distributed, started here as `python -m rlhf_lab.distributed` subprocesses (launch="spawn": a fresh
+interpreter each, as torchrun starts its ranks, so the caller's script is never re-run) or already
+there (torchrun).
 
 The learner's protocol with each process (on the worker's own group, {learner, worker}):
 
