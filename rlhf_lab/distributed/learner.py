@@ -45,7 +45,8 @@ SPLIT_COLUMNS = ("rollout_version", "staleness", "queue_length", "dropped_rollou
 class RemoteSampler(RolloutSampler):
     """The learner's sampler: the attributes of its own sampler (tokenizer, task, reward, streams), but
     a call returns the next rollout from the rollout tier. ReMax's greedy baseline still decodes here,
-    with the learner's weights."""
+    with the learner's weights. DAPO's dynamic sampling refills a batch with whole rollouts from the
+    tier, so after a refill the prompts differ from the single process's (which draws just enough)."""
 
     def __init__(self, local: RolloutSampler, trainer: AsyncTrainer) -> None:
         super().__init__(local.policy, local.tokenizer, local.task, local.reward_fn, local.train_examples,

@@ -110,6 +110,7 @@ def corrected_minibatch(minibatch, logprobs: torch.Tensor, config):
         naive      old_logprobs = log mu
         decoupled  old_logprobs = log pi_prox, advantages = w * A      tis: the same with min(w, C)
         mis        old_logprobs = log pi_prox, completion_mask = the tokens with 1/C <= r <= C
+                   (PPO's value loss then leaves those tokens out too)
     """
     if config.off_policy == "none":
         return minibatch
