@@ -17,10 +17,12 @@ usual pi_old); pi_theta is being trained. With the behaviour ratio r = pi_prox(a
                masked importance sampling (verl's rejection sampling)
 
 Each weight has no gradient. A weight w >= 0 factors out of the clipped surrogate,
-w * min(rho A, clip(rho) A) = min(rho (w A), clip(rho) (w A)), and out of -rho A: so a weight is applied
-as w * A, and a mask as the completion mask; the algorithm's own loss is not touched. `level` says which r: "token" (each token's own), "sequence" (the
-product over the completion, prod_t r_t) or "geometric" (its geometric mean, exp(mean_t log r_t), the
-length normalisation GSPO uses), the sequence values given to every token of the completion. At
+w * min(rho A, clip(rho) A) = min(rho (w A), clip(rho) (w A)), and out of -rho A: so a weight is
+applied as w * A, and a mask as the completion mask; the algorithm's own loss is not touched.
+
+`level` says which r: "token" (each token's own), "sequence" (the product over the completion,
+prod_t r_t) or "geometric" (its geometric mean, exp(mean_t log r_t), the length normalisation GSPO
+uses), the sequence values given to every token of the completion. At
 staleness 0 in exact arithmetic mu = pi_prox, r = 1, and every correction is ordinary PPO / GRPO.
 """
 
