@@ -318,15 +318,23 @@ def add_train_parser(subparsers) -> None:
     parser = subparsers.add_parser("train", help="RL-train the shipped checkpoint with one algorithm")
     parser.add_argument("--algo", choices=sorted(ALGORITHMS), help="required unless --resume")
     _add_rl_arguments(parser)
+    parser.add_argument("--rollout-workers", type=int, metavar="N",
+                        help="rollout/learner split: N rollout processes beside this learner (under "
+                             "torchrun: WORLD_SIZE - 1, the default there); rlhf_lab.distributed")
+    parser.add_argument("--max-staleness", type=int, metavar="K",
+                        help="split: a rollout may be at most K policy versions old (default 0: synchronous)")
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from .distributed import AsyncTrainer, command_line_split, torchrun_environment, torchrun_rollout_worker
     from .rl import make_config
     from .runs.experiments import train_run
 
     _set_threads(args)
+    run = {}
     if args.resume:
-        out, run = _resume_settings(args, "train")
+        out, run = _resume_settings(args, "train", fixed=("seed", "init", "set", "device", "rollout_workers",
+                                                          "max_staleness"))
         if args.algo and args.algo != run["config"]["algo"]:
             raise ValueError(f"--algo {args.algo}: the run in {out} is a {run['config']['algo']} run")
         config = make_config(run["config"]["algo"], run["config"], **_changes(args))
@@ -334,8 +342,13 @@ def run_train(args: argparse.Namespace) -> int:
         if not args.algo or args.out is None:
             raise ValueError("train needs --algo and --out (or --resume DIR to continue a saved run)")
         out, config = args.out, make_config(args.algo, **_rl_overrides(args))
+    split = command_line_split(args.rollout_workers, args.max_staleness, run.get("split"), config.device)
+    if split is not None and split.launch == "torchrun" and torchrun_environment()["rank"] > 0:
+        return torchrun_rollout_worker(split)  # ranks 1.. sample; rank 0 learns and writes the run
     summary = train_run(config, out, progress=not args.no_progress, resume=bool(args.resume),
-                        overwrite=args.overwrite, save_every=args.save_every, plots=not args.no_plots)
+                        overwrite=args.overwrite, save_every=args.save_every, plots=not args.no_plots,
+                        trainer=AsyncTrainer(config, split) if split else None,
+                        run_info={"split": split.to_dict()} if split else None)
     trainer = summary.pop("trainer")
     print(f"{config.algo}: held-out accuracy {summary['initial_eval_accuracy']:.3f} -> "
           f"{summary['final_eval_accuracy']:.3f} in {summary['train_seconds']:.1f} s "

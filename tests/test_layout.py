@@ -15,8 +15,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "rlhf_lab"
 
 # Bottom first. A part may import itself and anything listed before it.
-LAYERS = ("util", "text", "model", "sampling", "tasks", "train", "sft", "checkpoints", "rl", "preferences",
-          "viz", "exercises", "runs", "teach", "cli", "__main__")
+LAYERS = ("util", "text", "model", "sampling", "tasks", "train", "sft", "checkpoints", "rl", "distributed",
+          "preferences", "viz", "exercises", "runs", "teach", "cli", "__main__")
 TOP_LEVEL_MODULES = {"__init__", "__main__", "cli", "sft"}  # the only loose modules
 
 

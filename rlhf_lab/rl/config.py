@@ -17,6 +17,7 @@ from ..tasks import task_names
 from ..tasks.jsonl import SPLIT_N_TRAIN
 from ..util.device import check_device
 from ..util.validation import Validated, setting
+from .off_policy import CORRECTIONS, LEVELS
 
 
 @dataclass
@@ -46,6 +47,10 @@ class RLConfig(Validated):
     epsilon: float = setting(0.2, ge=0, lt=1, help="clip range (lower)")
     epsilon_high: float | None = setting(None, ge=0, help="clip range (upper); None: epsilon")
     routing_replay: bool = setting(False, help="MoE: pi_theta with pi_old's experts (GSPO paper, section 5)")
+    # --- rollouts the learner did not sample itself (stale or mismatched; off_policy.py)
+    off_policy: str = setting("none", choices=CORRECTIONS, help="none | naive | decoupled | tis | mis")
+    off_policy_level: str = setting("token", choices=LEVELS, help="token | sequence (product) | geometric")
+    off_policy_cap: float = setting(2.0, gt=1, help="C: tis truncates the weight at C; mis keeps 1/C..C")
     # --- schedule and bookkeeping
     steps: int = setting(200, ge=0, help="RL steps")
     time_budget: float | None = setting(None, gt=0, help="seconds of training (evaluation excluded)")

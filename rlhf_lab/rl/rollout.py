@@ -198,16 +198,19 @@ def exact_match_reward(task):
 
 @torch.no_grad()
 def sample_and_score(policy, tokenizer, examples: Sequence, num_generations: int, sampling: SamplingConfig,
-                     reward_fn, task, generator: torch.Generator | None = None, accuracy_fn=None) -> Rollout:
+                     reward_fn, task, generator: torch.Generator | None = None, accuracy_fn=None,
+                     cache: dict | None = None) -> Rollout:
     """Sample `num_generations` completions for each example with the lab's cached `generate`, decode
     them, and score them with `reward_fn` (the reward the optimiser sees) and the exact match
     (`accuracy_fn`, default `exact_match_reward(task)`: the accuracy we report). When `accuracy_fn` is
     `reward_fn` itself (the default reward of a task is often its exact match), the completions are
-    scored once. Returns a Rollout without log-probs."""
+    scored once. `cache`: generate's cache arguments, e.g. {"cache": "int8", "residual_length": 8} (default
+    its static cache). Returns a Rollout with the sampler's log-probs when `sampling` asks for them."""
     device = policy.device
     prompts = [tokenizer.encode(e.prompt, add_bos=True) for e in examples]
     with autocast(device):
-        out = generate(policy, prompts, sampling, num_return_sequences=num_generations, generator=generator)
+        out = generate(policy, prompts, sampling, num_return_sequences=num_generations, generator=generator,
+                       **(cache or {}))
     rows = [examples[row // num_generations] for row in range(len(examples) * num_generations)]
     texts, finished = zip(*(tokenizer.decode_until_eos(ids) for ids in out.completion_ids.tolist()))
     prompts, answers = [e.prompt for e in rows], [e.answer for e in rows]
@@ -236,8 +239,9 @@ class RolloutSampler:
 
     def __init__(self, policy, tokenizer, task, reward_fn, train_examples: Sequence, sampling: SamplingConfig,
                  num_generations: int, sample_generator: torch.Generator, data_generator: torch.Generator,
-                 accuracy_fn=None) -> None:
+                 accuracy_fn=None, cache: dict | None = None) -> None:
         self.policy, self.tokenizer, self.task, self.reward_fn = policy, tokenizer, task, reward_fn
+        self.cache = cache  # generate's cache arguments (a rollout copy with an int8 KV cache); None: static
         self.accuracy_fn = accuracy_fn or exact_match_reward(task)
         self.train_examples = train_examples
         self.sampling = sampling
@@ -254,7 +258,8 @@ class RolloutSampler:
         """Completions for the given examples (default: G each, at the training temperature)."""
         return sample_and_score(self.policy, self.tokenizer, examples,
                                 num_generations or self.num_generations, sampling or self.sampling,
-                                self.reward_fn, self.task, self.sample_generator, self.accuracy_fn)
+                                self.reward_fn, self.task, self.sample_generator, self.accuracy_fn,
+                                self.cache)
 
     def greedy_rewards(self, examples: Sequence) -> torch.Tensor:
         """(len(examples),) the reward of each example's greedy completion."""

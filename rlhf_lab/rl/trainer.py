@@ -54,6 +54,7 @@ from .metrics import (
     step_distributions,
     step_row,
 )
+from .off_policy import corrected_minibatch
 from .rollout import PolicyOutput, Rollout, RolloutSampler, exact_match_reward, learned_models, policy_forward
 from .routing import RoutingMonitor, check_routing_replay, is_moe
 
@@ -224,6 +225,8 @@ class Trainer(TrainingLoop):
         """One optimiser step on one minibatch: loss -> backward -> clip the gradient norm -> AdamW step.
         Returns (the loss's report, the gradient norm before clipping, the forward's outputs)."""
         policy = self.policy_outputs(minibatch, with_entropy=with_entropy)
+        # a rollout sampled by another copy of the policy (stale, or mismatched): off_policy.py
+        minibatch = corrected_minibatch(minibatch, policy.logprobs, self.config)
         loss, info = self.algorithm.loss(minibatch, policy)
         if policy.aux_loss is not None:  # MoE: the router's load-balancing (+ z) loss, already weighted
             loss = loss + policy.aux_loss

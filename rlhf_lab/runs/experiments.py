@@ -156,9 +156,10 @@ def removed_if_refused(out: Path):
 
 def train_run(config, out_dir: str | Path, progress: bool = True, save_checkpoint: bool = True,
               trainer: Trainer | None = None, resume: bool = False, overwrite: bool = False,
-              save_every: int = 10, plots: bool = True) -> dict:
-    """Train `config` into `out_dir`: run.json first, the resumable state every `save_every` steps and
-    at any stop (out_dir/resume), then history.csv, metrics.json, plots and the final checkpoint.
+              save_every: int = 10, plots: bool = True, run_info: dict | None = None) -> dict:
+    """Train `config` into `out_dir`: run.json first (with `run_info`, e.g. a split's settings), the
+    resumable state every `save_every` steps and at any stop (out_dir/resume), then history.csv,
+    metrics.json, plots and the final checkpoint.
 
     One writer per folder (a lock); a folder holding another run is refused unless `resume`
     (continue from its saved state, to `config.steps`) or `overwrite`. Signals sent while a file is
@@ -168,7 +169,7 @@ def train_run(config, out_dir: str | Path, progress: bool = True, save_checkpoin
     with FolderLock(out), removed_if_refused(out):
         prepare_output_folder(out, TRAIN_OUTPUTS, resume, overwrite, command="train")
         trainer = trainer or Trainer(config)  # bad settings raise here, before anything is written
-        with run_record(out, {"command": "train", "config": config.to_dict()}, resume):
+        with run_record(out, {"command": "train", "config": config.to_dict(), **(run_info or {})}, resume):
             summary = _train_into(trainer, config, out, resume, progress, save_every, plots, save_checkpoint)
     summary["trainer"] = trainer
     return summary

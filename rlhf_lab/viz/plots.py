@@ -85,15 +85,21 @@ DPO_DASHBOARD_PANELS = (
     ("loss", "implicit_rewards", "preference_accuracy"),
     ("logps", "held_out", "grad_norm"),
 )
-PANELS = {"rl": DASHBOARD_PANELS, "sft": SFT_DASHBOARD_PANELS, "dpo": DPO_DASHBOARD_PANELS}
+SPLIT_DASHBOARD_PANELS = (  # rlhf_lab.distributed.AsyncTrainer: the learner of a rollout/learner split
+    ("accuracy", "staleness", "queue"),
+    ("clip", "throughput", "step_time"),
+)
+PANELS = {"rl": DASHBOARD_PANELS, "sft": SFT_DASHBOARD_PANELS, "dpo": DPO_DASHBOARD_PANELS,
+          "split": SPLIT_DASHBOARD_PANELS}
 DASHBOARD_KINDS = tuple(PANELS)
 VIEWS = ("main", "full")
-DEFAULT_FIGSIZE = {"rl": (13, 8), "rl-full": (17, 11), "sft": (13, 7), "dpo": (13, 7)}  # inches
+DEFAULT_FIGSIZE = {"rl": (13, 8), "rl-full": (17, 11), "sft": (13, 7), "dpo": (13, 7), "split": (13, 7)}
 DEFAULT_METRICS = {  # what plot_history and save_training_plots show when not told
     "rl": ("reward_mean", "accuracy", "eval_accuracy", "kl_k3", "entropy", "clip_frac"),
     "sft": ("loss", "eval_accuracy", "lr", "grad_norm"),
     "dpo": ("loss", "rewards/margins", "rewards/accuracies", "logps/chosen", "logps/rejected",
             "eval_accuracy"),
+    "split": ("accuracy", "eval_accuracy", "staleness", "queue_length", "dropped_rollouts", "clip_frac"),
 }
 GROUP_RELATIVE = ("grpo", "gspo", "rloo")  # equal rewards in a group -> advantage exactly 0
 MAX_GROUPS_SHOWN = 48
@@ -828,6 +834,8 @@ def draw_figure(fig: Figure, axes: Mapping[str, Axes], kind: str, history: pd.Da
         title = draw_sft_dashboard(axes, history, config, x)
     elif kind == "dpo":
         title = draw_dpo_dashboard(axes, history, config, x)
+    elif kind == "split":
+        title = draw_split_dashboard(axes, history, config, x)
     else:
         title = draw_dashboard(axes, history, distributions, config, x, max_length, algo)
         # characters a line holds: DejaVu Sans averages about 0.55 em a character
@@ -1024,3 +1032,59 @@ def save_training_plots(history: pd.DataFrame, distributions, out_dir: str | Pat
         path.write_bytes(figure_png(fig, dpi=dpi))
         written.append(path)
     return written
+
+
+def draw_split_dashboard(axes: Mapping[str, Axes], history: pd.DataFrame | None, config=None,
+                         x: str = "step") -> str:
+    """The six panels of a rollout/learner split's learner: accuracy, how stale each step's rollout was,
+    the queue and the dropped rollouts, the clip fractions, throughput, and where a step's time went
+    (waiting for a rollout, sending weights, the learner's own work). Returns the title."""
+    history = history if history is not None else pd.DataFrame({"step": []})
+    color = algo_color(config_value(config, "algo", None))
+    with matplotlib.rc_context(DASHBOARD_RC):
+        for ax in axes.values():
+            reset_axes(ax)
+        draw_accuracy(axes["accuracy"], history, x, color)
+        draw_lines(axes["staleness"], history, [("staleness", "-")], "Staleness\nlearner - rollout version",
+                   "policy versions", x, color)
+        draw_lines(axes["queue"], history, [("queue_length", "-"), ("dropped_rollouts", "--")],
+                   "Queue\nlength (solid), dropped in all (dashed)", "rollouts", x, color)
+        draw_clip(axes["clip"], history, x, color, config)
+        draw_lines(axes["throughput"], history, [("tokens_per_s", "-")], "Throughput\nof the learner's steps",
+                   "completion tokens / s", x, color)
+        draw_lines(axes["step_time"], history,
+                   [("step_time", "-"), ("queue_wait_time", "--"), ("sync_time", ":")],
+                   "Time per step (solid)\nrollout wait (dashed), weight sync (dotted)", "seconds", x,
+                   color)
+    return dashboard_title(history, f"{config_value(config, 'algo', 'rl')} (split)")
+
+
+def draw_split_diagram(ax: Axes, rollout_workers: int = 1) -> None:
+    """The rollout/learner split as boxes and arrows: which process holds which model, what crosses the
+    wire and when (rlhf_lab.distributed)."""
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    ax.set(xlim=(0, 10), ylim=(0, 6))
+    ax.axis("off")
+
+    def box(x, y, w, h, title, lines, color):
+        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.08", facecolor=color, alpha=0.25,
+                                    edgecolor="black"))
+        ax.text(x + w / 2, y + h - 0.3, title, ha="center", va="top", fontsize=10, weight="bold")
+        ax.text(x + 0.2, y + h - 0.8, "\n".join(lines), ha="left", va="top", fontsize=8.5, linespacing=1.5)
+
+    box(0.1, 0.6, 3.4, 4.8, "learner (rank 0)", [
+        "policy pi_theta, trained (fp32)", "AdamW moments", "reference pi_ref (frozen)",
+        "critic V (PPO only)", "recomputes pi_prox = its weights", "  before the update",
+        "queue: rollouts <= K versions old", "version v = steps done"], "C0")
+    ranks = "rank 1" if rollout_workers == 1 else f"ranks 1..{rollout_workers}"
+    box(6.5, 0.6, 3.4, 4.8, f"rollout worker{'s' if rollout_workers > 1 else ''} ({ranks})", [
+        "policy copy mu (fp32, bf16 or fp16)", "sampler + KV cache (static / int8)", "reward function",
+        "no optimiser, no reference", "samples only with a ticket:", "  granted - dropped <= v + K"], "C1")
+    arrow = dict(arrowstyle="-|>", mutation_scale=18, linewidth=1.8)
+    ax.add_patch(FancyArrowPatch((3.7, 4.1), (6.4, 4.1), color="C0", **arrow))
+    weights = "weights of version v\nafter each step\n(broadcast on group {0, r},\nbucket or per tensor)"
+    ax.text(5.05, 4.25, weights, ha="center", va="bottom", fontsize=8)
+    ax.add_patch(FancyArrowPatch((6.4, 2.0), (3.7, 2.0), color="C1", **arrow))
+    rollout = "rollout: tokens, rewards,\nlog mu (behaviour log-probs),\nits version, stream positions"
+    ax.text(5.05, 1.85, rollout, ha="center", va="top", fontsize=8)
