@@ -34,6 +34,7 @@ from datetime import date
 
 import torch
 import torch.distributed as dist
+from rlhf_lab.runs.staleness import final_accuracy_table, staleness_sweep
 
 from rlhf_lab.distributed import AsyncTrainer, SplitConfig
 from rlhf_lab.distributed.ddp import run_data_parallel
@@ -41,7 +42,6 @@ from rlhf_lab.distributed.measure import lab_model_sizes, steps_per_second, sync
 from rlhf_lab.distributed.wire import recv_object, send_object
 from rlhf_lab.distributed.workloads import SlowReward
 from rlhf_lab.rl import Trainer, make_config
-from rlhf_lab.runs.staleness import final_accuracy_table, staleness_sweep
 from rlhf_lab.tasks import get_task
 from rlhf_lab.util.device import cpu_name
 

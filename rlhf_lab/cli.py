@@ -1,11 +1,11 @@
 """`python -m rlhf_lab COMMAND ...`: the lab's command line.
 
-    python -m rlhf_lab data                                   # task datasets -> data/tasks/
-    python -m rlhf_lab sft --preset all --overwrite           # retrain the shipped checkpoints
+    python -m rlhf_lab data                                    # task datasets -> data/tasks/
+    python -m rlhf_lab sft --preset all --overwrite            # retrain the shipped checkpoints
     python -m rlhf_lab sft --preset addition_sft --steps 500 --out /tmp/checkpoints
-    python -m rlhf_lab sft --resume /tmp/checkpoints                   # after Ctrl-C, SIGTERM, a kill or a crash
-    python -m rlhf_lab train --algo grpo --steps 200 --out runs/grpo   # saves a resumable state every 10 steps
-    python -m rlhf_lab train --resume runs/grpo                        # after Ctrl-C, SIGTERM, a kill or a crash
+    python -m rlhf_lab sft --resume /tmp/checkpoints           # after Ctrl-C, SIGTERM, a kill or a crash
+    python -m rlhf_lab train --algo grpo --steps 200 --out runs/grpo  # a resumable state every 10 steps
+    python -m rlhf_lab train --resume runs/grpo                # after Ctrl-C, SIGTERM, a kill or a crash
 
 A training run (train, compare, sft) owns its --out folder (a lock; another run there is refused
 unless --resume or --overwrite). SIGINT and SIGTERM stop it cleanly with exit status 130, after saving.
@@ -33,8 +33,10 @@ def add_data_parser(subparsers) -> None:
     from .tasks.jsonl import DEFAULT_SIZES
 
     parser = subparsers.add_parser("data", help="write the task datasets (JSON Lines) and their manifest")
-    parser.add_argument("--out-dir", default="data/tasks", help="folder for the .jsonl files (default: data/tasks)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the train/test/OOD sampling (default: 0)")
+    parser.add_argument("--out-dir", default="data/tasks",
+                        help="folder for the .jsonl files (default: data/tasks)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the train/test/OOD sampling (default: 0)")
     for key, value in DEFAULT_SIZES.items():
         parser.add_argument(f"--{key.replace('_', '-')}", type=int, default=value,
                             help=f"examples per task and split (default: {value})")
@@ -62,27 +64,50 @@ def add_sft_parser(subparsers) -> None:
                     "Deterministic for a seed on CPU. The run owns OUT while it trains (run.json, and the "
                     "resumable state in OUT/resume/, both removed once every checkpoint is written).",
     )
-    parser.add_argument("--preset", choices=[*PRESETS, "all"], help="which checkpoint(s) to train (required unless --resume)")
-    parser.add_argument("--steps", type=int, metavar="N", help="override the preset's number of optimizer steps")
-    parser.add_argument("--lr", type=float, dest="learning_rate", metavar="LR", help="override the peak learning rate")
+    parser.add_argument("--preset", choices=[*PRESETS, "all"],
+                        help="which checkpoint(s) to train (required unless --resume)")
+    parser.add_argument("--steps", type=int, metavar="N",
+                        help="override the preset's number of optimizer steps")
+    parser.add_argument("--lr", type=float, dest="learning_rate", metavar="LR",
+                        help="override the peak learning rate")
     parser.add_argument("--batch-size", type=int, metavar="N", help="override the batch size")
-    parser.add_argument("--seed", type=int, metavar="N", help="override the seed of initialisation and batch order")
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
-                        help="folder that receives <preset>/ and README.md (default: data/checkpoints; a folder "
-                             "already holding <preset>/ needs --overwrite)")
+    parser.add_argument("--seed", type=int, metavar="N",
+                        help="override the seed of initialisation and batch order")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="folder that receives <preset>/ and README.md (default: data/checkpoints; a folder "
+        "already holding <preset>/ needs --overwrite)",
+    )
     parser.add_argument("--device", help="cpu, cuda, mps or auto (default: the preset's, cpu)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="any SFTConfig field, e.g. --set eval_every=50 --set warmup_steps=20")
-    parser.add_argument("--resume", type=Path, default=None, metavar="DIR",
-                        help="continue the run saved in DIR (after a stop, a kill or a crash) with its settings; "
-                             "--steps may extend it")
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="continue the run saved in DIR (after a stop, a kill or a crash) with its settings; "
+        "--steps may extend it",
+    )
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the preset's checkpoint (and an unfinished run) already in --out")
-    parser.add_argument("--save-every", type=int, default=10, metavar="N",
-                        help="save the resumable state every N steps, and at any stop (default: 10; 0: only at the end)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (default: 1: two are faster on an idle 2-core CPU, slower beside a "
-                             "busy core; bench/RESULTS.md, \"Threads\")")
+    parser.add_argument(
+        "--save-every",
+        type=int,
+        default=10,
+        metavar="N",
+        help="save the resumable state every N steps, and at any stop (default: 10; 0: only at the end)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default: 1: two are faster on an idle 2-core CPU, slower beside a "
+        'busy core; bench/RESULTS.md, "Threads")',
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -125,8 +150,10 @@ def run_sft(args: argparse.Namespace) -> int:
             raise ValueError("sft needs --preset (or --resume DIR to continue a saved run)")
         args.out = out = output_folder(CHECKPOINT_DIR if args.out is None else args.out)  # (main's stop hint)
         names = list(PRESETS) if args.preset == "all" else [args.preset]
-        overrides = {key: getattr(args, key) for key in ("steps", "learning_rate", "batch_size", "seed", "device")}
-        overrides = {key: value for key, value in overrides.items() if value is not None} | _set_values(args.set)
+        keys = ("steps", "learning_rate", "batch_size", "seed", "device")
+        overrides = {key: getattr(args, key) for key in keys}
+        overrides = {key: value for key, value in overrides.items()
+                     if value is not None} | _set_values(args.set)
     check_known("SFTConfig", overrides, {f.name for f in dataclasses.fields(SFTConfig)})
     for name in names:  # bad settings raise here, before anything is written
         config = dataclasses.replace(get_preset(name).sft, **overrides)
@@ -137,8 +164,10 @@ def run_sft(args: argparse.Namespace) -> int:
     with FolderLock(out), removed_if_refused(out):
         finished = [name for name in names if (out / name).exists()]
         if finished and not (args.resume or args.overwrite or (out / RUN_FILE).exists()):
-            raise ValueError(f"{out} already holds the checkpoint(s) {', '.join(finished)}; pass --overwrite to "
-                             "retrain them, or choose another --out")
+            raise ValueError(
+                f"{out} already holds the checkpoint(s) {', '.join(finished)}; pass --overwrite to "
+                "retrain them, or choose another --out"
+            )
         for name in finished:  # what a build replaces must be a checkpoint this command wrote
             check_preset_folder(out / name, name)
         prepare_output_folder(out, outputs, resume=bool(args.resume), overwrite=args.overwrite,
@@ -199,25 +228,42 @@ def _build_presets(args: argparse.Namespace, out: Path, names: list[str], overri
 
 
 def _add_rl_arguments(parser) -> None:
-    parser.add_argument("--time-budget", type=float, default=None, help="seconds of training (evaluation excluded)")
+    parser.add_argument("--time-budget", type=float, default=None,
+                        help="seconds of training (evaluation excluded)")
     parser.add_argument("--steps", type=int, default=None, help="maximum number of RL steps")
     parser.add_argument("--seed", type=int, default=None, help="seed (default: 0)")
     parser.add_argument("--device", default=None, help="cpu, cuda, mps or auto (default: cpu)")
     parser.add_argument("--init", default=None, help="checkpoint name or folder (default: addition_rl_start)")
-    parser.add_argument("--model", default=None, metavar="FOLDER",
-                        help="a local Hugging Face folder (Llama, Qwen2/2.5, Qwen3) to train, with its own tokenizer")
-    parser.add_argument("--task", default=None, help="task name, e.g. countdown or word_problems (default: addition)")
+    parser.add_argument(
+        "--model",
+        default=None,
+        metavar="FOLDER",
+        help="a local Hugging Face folder (Llama, Qwen2/2.5, Qwen3) to train, with its own tokenizer",
+    )
+    parser.add_argument("--task", default=None,
+                        help="task name, e.g. countdown or word_problems (default: addition)")
     parser.add_argument("--eval-every", type=int, default=None)
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="any config field, e.g. --set learning_rate=1e-4 --set loss_type=dr_grpo")
-    parser.add_argument("--out", default=None, metavar="DIR", help="output folder (new or empty; one run per folder)")
-    parser.add_argument("--resume", default=None, metavar="DIR",
-                        help="continue the run saved in DIR (after a stop, a kill or a crash) with its settings; "
-                             "--steps / --time-budget may extend it")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="output folder (new or empty; one run per folder)")
+    parser.add_argument(
+        "--resume",
+        default=None,
+        metavar="DIR",
+        help="continue the run saved in DIR (after a stop, a kill or a crash) with its settings; "
+        "--steps / --time-budget may extend it",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
-    parser.add_argument("--save-every", type=int, default=10, metavar="N",
-                        help="save the resumable state every N steps, and at any stop (default: 10; 0: only at the end)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument(
+        "--save-every",
+        type=int,
+        default=10,
+        metavar="N",
+        help="save the resumable state every N steps, and at any stop (default: 10; 0: only at the end)",
+    )
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
 
@@ -238,7 +284,8 @@ def _rl_overrides(args: argparse.Namespace) -> dict:
     if args.init or args.model:
         overrides["init_checkpoint"] = args.init or args.model
     if args.task:
-        overrides["task"], overrides["task_params"] = args.task, {}  # the task's defaults; --set task_params=...
+        # the task's defaults; --set task_params=...
+        overrides["task"], overrides["task_params"] = args.task, {}
     if args.eval_every is not None:
         overrides["eval_every"] = args.eval_every
     overrides.update(_set_values(args.set))
@@ -361,7 +408,8 @@ def run_train(args: argparse.Namespace) -> int:
 def add_compare_parser(subparsers) -> None:
     from .rl import ALGORITHMS
 
-    parser = subparsers.add_parser("compare", help="run several algorithms on the same seed; write one report")
+    parser = subparsers.add_parser("compare",
+                                   help="run several algorithms on the same seed; write one report")
     parser.add_argument("--algos", nargs="+", default=None, choices=sorted(ALGORITHMS),
                         help="default: ppo grpo gspo rloo reinforce")
     parser.add_argument("--target", type=float, default=0.95, help="accuracy for the time-to-target column")
@@ -380,8 +428,17 @@ def run_compare(args: argparse.Namespace) -> int:
             raise ValueError("compare needs --out (or --resume DIR to continue a saved comparison)")
         out, target, overrides = args.out, args.target, _rl_overrides(args)
         algos = args.algos or ["ppo", "grpo", "gspo", "rloo", "reinforce"]
-    table = compare_runs(algos, out, progress=not args.no_progress, target=target, resume=bool(args.resume),
-                         overwrite=args.overwrite, save_every=args.save_every, plots=not args.no_plots, **overrides)
+    table = compare_runs(
+        algos,
+        out,
+        progress=not args.no_progress,
+        target=target,
+        resume=bool(args.resume),
+        overwrite=args.overwrite,
+        save_every=args.save_every,
+        plots=not args.no_plots,
+        **overrides,
+    )
     print(table.to_string(index=False))
     print(f"report: {out}/report.md")
     return 0
@@ -400,7 +457,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m rlhf_lab", description="rlhf_lab: RL fine-tuning of a tiny Llama, from the command line.")
+    parser = argparse.ArgumentParser(prog="python -m rlhf_lab",
+                                     description="rlhf_lab: RL fine-tuning of a tiny Llama, from the "
+                                                 "command line.")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_data_parser(subparsers)
     add_sft_parser(subparsers)
@@ -449,7 +508,8 @@ def main(argv: list[str] | None = None) -> int:
     args = None
     shown = warnings.showwarning
     try:
-        with StopSignals() as stop:  # installed before torch is imported: a Ctrl-C at any moment exits cleanly
+        # installed before torch is imported: a Ctrl-C at any moment exits cleanly
+        with StopSignals() as stop:
             try:
                 # An import cut by Ctrl-C leaves a half-initialised module (numpy, seen) that breaks later
                 # code: a signal during start-up waits for the imports, then stops.
@@ -476,7 +536,9 @@ def main(argv: list[str] | None = None) -> int:
         # a second signal cannot cut the message; one that lands while the block is closing is caught
         # here too, never left to Python, which would end the process by SIGINT (exit status -2).
         out = args is not None and (getattr(args, "resume", None) or getattr(args, "out", None))
-        hint = f" The run keeps what it saved: python -m rlhf_lab {args.command} --resume {out}" if out else ""
+        hint = (
+            f" The run keeps what it saved: python -m rlhf_lab {args.command} --resume {out}" if out else ""
+        )
         print(f"\nStopped.{hint}", file=sys.stderr)
         return 130
 
