@@ -403,7 +403,7 @@ def backward_cases(seed: int) -> list[Case]:
         cases.append(Case(f"random {i}: seq {seq}, d {dim}, causal {causal}", {
             **{name: torch.randn(batch, heads, seq, dim, generator=g)
                for name in ("q", "k", "v", "grad_out")},
-            "causal": causal}, name_zh=f"随机用例 {i}：序列长度 {seq}，d = {dim}，因果 {causal}"))
+            "causal": causal}, name_zh=f"随机用例 {i}：序列长度 {seq}，d = {dim}，causal = {causal}"))
     return cases
 
 

@@ -114,7 +114,7 @@ def kappa_cases(seed: int) -> list[Case]:
         ("skewed labels", {"labels_a": [1] * 8 + [0, 0], "labels_b": [1] * 9 + [0]}, 0.6153846,
          "标签分布不均衡"),
         ("three labels, one unused by b", {"labels_a": [0, 1, 2, 2, 1, 0], "labels_b": [0, 1, 1, 1, 1, 0]},
-         0.5, "三类标签，其中一类 b 从未使用"),
+         0.5, "三类标签，b 有一类从没用过"),
     ])
     cases.append(Case("p_e = 1: undefined", {"labels_a": [1, 1, 1], "labels_b": [1, 1, 1]}, math.nan,
                       name_zh="p_e = 1：无定义"))
