@@ -446,8 +446,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def add_save_every(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save-every", type=int, default=10, metavar="N",
-                        help="save the resumable state every N steps, and at any stop (default: 10; 0: only at "
-                             "the end)")
+                        help="save the resumable state every N steps, and at any stop "
+                             "(default: 10; 0: only at the end)")
 
 
 def build_parser() -> argparse.ArgumentParser:
