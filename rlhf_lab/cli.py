@@ -94,13 +94,7 @@ def add_sft_parser(subparsers) -> None:
     )
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the preset's checkpoint (and an unfinished run) already in --out")
-    parser.add_argument(
-        "--save-every",
-        type=int,
-        default=10,
-        metavar="N",
-        help="save the resumable state every N steps, and at any stop (default: 10; 0: only at the end)",
-    )
+    add_save_every(parser)
     parser.add_argument(
         "--threads",
         type=int,
@@ -255,13 +249,7 @@ def _add_rl_arguments(parser) -> None:
         "--steps / --time-budget may extend it",
     )
     parser.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
-    parser.add_argument(
-        "--save-every",
-        type=int,
-        default=10,
-        metavar="N",
-        help="save the resumable state every N steps, and at any stop (default: 10; 0: only at the end)",
-    )
+    add_save_every(parser)
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--no-progress", action="store_true")
@@ -454,6 +442,12 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "train": run_train,
     "compare": run_compare,
 }
+
+
+def add_save_every(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--save-every", type=int, default=10, metavar="N",
+                        help="save the resumable state every N steps, and at any stop "
+                             "(default: 10; 0: only at the end)")
 
 
 def build_parser() -> argparse.ArgumentParser:

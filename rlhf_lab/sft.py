@@ -51,13 +51,12 @@ MOE_MODEL_SIZE: dict = dict(
 
 def lab_model_config(tokenizer, **overrides) -> ModelConfig:
     """The lab's standard tiny model for a tokenizer: 2 layers, hidden 64, GQA 4 query / 2 kv heads of
-    dim 16, SwiGLU width 176: ~96k parameters, the smallest size tried, and enough for ~100% on 3-digit
-    addition (data/checkpoints/README.md compares sizes).
+    dim 16, SwiGLU width 176: ~96k parameters, the smallest size that learns 3-digit addition to ~100%
+    (data/checkpoints/README.md compares sizes).
 
-    initializer_range 0.06 instead of Llama's 0.02: at width 64, std 0.02 makes q.k ~ 0, attention
-    starts uniform and gets tiny gradients (they scale with the other projection's weights): SFT was
-    still at ~10% accuracy after 1500 steps, where with 0.06 three seeds out of four passed 50% within
-    400-800 steps.
+    initializer_range 0.06 instead of Llama's 0.02: at width 64, std 0.02 makes q.k ~ 0, so attention
+    starts uniform and its gradients, which scale with the other projection's weights, are tiny: SFT
+    stalls.
     """
     base = dict(
         vocab_size=len(tokenizer),

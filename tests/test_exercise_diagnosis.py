@@ -455,11 +455,13 @@ def test_output_type_and_shape_are_checked_before_values():
 # both languages
 
 
+# token, logit and "KV cache" stay in English: that is how Chinese interviews say them (the drill and the
+# notebooks' boxes do the same); every other word here has an accepted Chinese name.
 FORBIDDEN_IN_CHINESE = re.compile(
-    r"\b(tokens?|padding|padded|mask(ed|s)?|batch(es)?|loss(es)?|rewards?|advantages?|gradients?|"
-    r"clip(ped|ping)?|reference|policy|baseline|samples?|overflows?|ratios?|logits?|returns?|critic|entropy|"
-    r"temperature|penalty|cache|attention|query|queries|annotators?|chance|smoothing|margin|underflows?|"
-    r"sequence|completion|prompt|whiten(ing)?|estimator|the|and|of|is|not)\b", re.IGNORECASE)
+    r"\b(padding|padded|mask(ed|s)?|batch(es)?|loss(es)?|rewards?|advantages?|gradients?|"
+    r"clip(ped|ping)?|reference|policy|baseline|samples?|overflows?|ratios?|returns?|critic|entropy|"
+    r"temperature|penalty|(?<!KV )cache|attention|query|queries|annotators?|chance|smoothing|margin|"
+    r"underflows?|sequence|completion|prompt|whiten(ing)?|estimator|the|and|of|is|not)\b", re.IGNORECASE)
 
 
 def english_words_outside_code(text: str) -> list[str]:

@@ -152,7 +152,9 @@ _SECTION_WORDS = (
     r"(?:sections?|§|sec\.|secs\.|eq\.|eqs\.|equations?|fig\.|figs\.|figures?|tables?|chapters?|cells?"
     r"|appendix|theorem|lemma|algorithm|notebooks?)"
 )
-_MASKS = [
+# What is not prose in a markdown cell: code, LaTeX, HTML, images, link targets, URLs (the reading
+# report removes the same before counting words).
+NOT_PROSE = [
     re.compile(r"^(?P<f>`{3,}|~{3,}).*?^(?P=f)[ \t]*$", re.S | re.M),  # fenced code
     re.compile(r"(?P<b>`+).+?(?P=b)", re.S),  # inline code
     re.compile(r"<!--.*?-->", re.S),  # HTML comments
@@ -165,6 +167,9 @@ _MASKS = [
     re.compile(r"^\s*\[[^\]]+\]:\s*\S+.*$", re.M),  # reference-style link definitions
     re.compile(r"<[^>\n]+>"),  # HTML tags (their text stays)
     re.compile(r"(?:https?://|www\.)\S+"),  # bare URLs
+]
+_MASKS = [
+    *NOT_PROSE,
     re.compile(r"\barXiv[:\s]*\d{4}\.\d{4,5}(?:v\d+)?", re.I),
     re.compile(r"(?<![\d.])\d{2}(?:0[1-9]|1[0-2])\.\d{5}(?:v\d+)?(?!\d|\.\d)"),  # bare new-style arXiv id
     re.compile(r"(?<![\w.])v?\d+\.\d+\.\d+(?:[.\w+-]*)"),  # 2.13.0, v1.2.3, 2.13.0+cpu

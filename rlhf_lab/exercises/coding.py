@@ -258,7 +258,7 @@ BINARY_MISTAKES = (
              raises=("OverflowError",)),
     _mistake(_binary_forms, "returns_lo", "after the loop lo is the first x with x*x > n (one too many); "
              "return hi, or the last mid that passed.",
-             "循环结束时 lo 是第一个满足 x*x > n 的数（多了 1）；应返回 hi，或者最后一个通过判断的 mid。"),
+             "循环结束时 lo 是第一个满足 x*x > n 的数（大了 1）；应返回 hi，或者最后一个通过判断的 mid。"),
     _mistake(_binary_forms, "no_progress", "lo = mid with the lower midpoint never moves once hi = lo + 1: "
              "the loop never ends. Use lo = mid + 1 (keeping the best answer), or the upper midpoint.",
              "用下中位数时写 lo = mid，一旦 hi = lo + 1，lo 就再也不动，循环永远不会结束。改用 lo = mid + 1"
@@ -357,8 +357,8 @@ EXERCISES = [
         observe=_observe_int, combine=_binary_forms,
         runaway="A binary search halves its range every step (about 31 steps for a 32-bit n): does every "
                 "branch move lo or hi past mid (lo = mid + 1 / hi = mid - 1), so that the loop ends?",
-        runaway_zh="二分查找每一步都把区间减半（32 位的 n 大约 31 步）：是否每个分支都让 lo 或 hi 越过了 mid"
-                   "（lo = mid + 1 / hi = mid − 1），循环才能结束？",
+        runaway_zh="二分查找每一步都把区间减半（32 位的 n 大约 31 步）：检查是否每个分支都让 lo 或 hi "
+                   "越过了 mid（lo = mid + 1 / hi = mid − 1），否则循环结束不了。",
         title_zh="手撕代码：二分查找求整数平方根",
         question="Integer square root by binary search, without overflow.",
         question_zh="用二分查找求整数平方根，并且不能溢出（LeetCode 69）。",

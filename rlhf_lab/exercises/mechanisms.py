@@ -83,11 +83,11 @@ def filter_cases(seed: int) -> list[Case]:
         "已知值：概率 [0.3, 0.1, 0.1, 0.5]，p = 0.8 时保留 {0.5, 0.3}")])
     cases.append(Case("ties at the k-th score", {"scores": torch.tensor([[2.0, 1.0, 1.0, 0.5, -1.0]]),
                                                   "temperature": 1.0, "top_k": 2, "top_p": 1.0},
-                      name_zh="第 k 大的得分有并列"))
+                      name_zh="第 k 大的 logit 有并列"))
     confident = torch.tensor([[0.9, 0.05, 0.03, 0.02]])
     cases.append(Case("a confident distribution: the top token alone has 0.9 > p = 0.8", {
         "scores": confident.log(), "temperature": 1.0, "top_k": 0, "top_p": 0.8},
-        name_zh="分布很集中：概率最高的词元单独就有 0.9 > p = 0.8"))
+        name_zh="分布很集中：概率最高的 token 单独就有 0.9 > p = 0.8"))
     g = _generator(seed)
     for i, (temperature, top_k, top_p) in enumerate([(0.7, 0, 0.9), (1.5, 5, 0.8), (1.0, 3, 0.95),
                                                      (0.5, 8, 0.6), (2.0, 0, 0.5)]):
@@ -101,29 +101,29 @@ FILTER_MISTAKES = (
     Mistake("top_p_drops_crossing_token", "top-p keeps the token whose probability CROSSES p (the smallest "
             "set with mass >= p): for probs [0.3, 0.1, 0.1, 0.5], p = 0.8 keeps {0.5, 0.3}. Remove a token "
             "only when the mass before it already reaches p.", _top_p_drops_crossing,
-            zh="top-p 要保留让累计概率越过 p 的那个词元（取累计概率 ≥ p 的最小集合）：概率为 [0.3, 0.1, "
+            zh="top-p 要保留让累计概率越过 p 的那个 token（取累计概率 ≥ p 的最小集合）：概率为 [0.3, 0.1, "
                "0.1, 0.5]、"
-               "p = 0.8 时保留 {0.5, 0.3}。只有当排在它前面的累计概率已经达到 p，才删掉这个词元。"),
+               "p = 0.8 时保留 {0.5, 0.3}。只有当排在它前面的累计概率已经达到 p，才删掉这个 token。"),
     Mistake("top_p_empties_nucleus", "`cumsum > p` also removes the token that crosses p, and when the "
             "most likely token alone has probability > p it removes EVERY token: the nucleus is empty "
             "and all scores are -inf (sampling from that fails). Remove a token only when the mass "
             "before it reaches p (shift the mask right by one), which always keeps the top token.",
             _top_p_empties_nucleus,
-            zh="`cumsum > p` 会把越过 p 的那个词元也删掉；当概率最高的词元单独就超过 p 时，所有词元都被删光，"
-               "核为空，得分全是 -inf，无法采样。只有排在前面的累计概率已达到 p "
-               "时才删掉一个词元（把删除掩码右移一位），"
-               "这样概率最高的词元总会保留。"),
+            zh="`cumsum > p` 会把越过 p 的那个 token 也删掉；当概率最高的 token 单独就超过 p 时，所有 token "
+               "都被删光，候选集（核）为空，logits 全是 -inf，无法采样。只有排在前面的累计概率已达到 p "
+               "时才删掉一个 token（把删除掩码右移一位），这样概率最高的 token 总会保留。"),
     Mistake("filter_before_temperature", "temperature comes first: top-p's nucleus is computed on the "
             "TEMPERED distribution (HF's order: temperature -> top-k -> top-p).", _top_p_before_temperature,
             zh="温度要最先作用：top-p 的核是在除以温度之后的分布上算的（HF 的顺序：温度 → top-k → top-p）。"),
     Mistake("top_p_ignores_top_k", "top-p works on what top-k left (renormalised), not on the full "
             "distribution.", _top_p_ignores_top_k,
-            zh="top-p 作用在 top-k 留下的词元上（重新归一化之后），而不是完整的分布。"),
+            zh="top-p 作用在 top-k 留下的 token 上（重新归一化之后），而不是完整的分布。"),
     Mistake("top_k_drops_ties", "top-k keeps every token scoring at least the k-th largest score, ties "
             "included (HF's rule), not exactly k indices.", _top_k_drops_ties,
-            zh="top-k 保留得分不低于第 k 大得分的所有词元，并列的也保留（HF 的规则），而不是恰好 k 个下标。"),
+            zh="top-k 保留 logit 不低于第 k 大值的所有 token，并列的也保留（HF 的规则），而不是恰好 k "
+               "个下标。"),
     Mistake("temperature_multiplied", "divide the logits by the temperature (T < 1 sharpens).",
-            _temperature_multiplied, zh="得分要除以温度，而不是乘（T < 1 时分布更尖锐）。"),
+            _temperature_multiplied, zh="logits 要除以温度，而不是乘（T < 1 时分布更尖锐）。"),
 )
 
 
@@ -152,7 +152,7 @@ def penalty_cases(seed: int) -> list[Case]:
     cases = [Case("one negative, one positive seen logit", {
         "scores": torch.tensor([[2.0, -1.0, 0.5, 3.0]]), "input_ids": torch.tensor([[0, 1, 1]]),
         "penalty": 1.2},
-        name_zh="出现过的词元一个得分为负、一个为正")]
+        name_zh="出现过的 token 中，一个 logit 为负、一个为正")]
     g = _generator(seed)
     for i, penalty in enumerate([1.2, 1.5, 0.8]):
         cases.append(Case(f"random {i}: penalty {penalty}", {
@@ -166,17 +166,16 @@ PENALTY_MISTAKES = (
     Mistake("ignores_logit_sign", "dividing a NEGATIVE logit by the penalty raises it (-2 / 1.2 = -1.67): "
             "the seen token becomes MORE likely. Multiply negative logits, divide positive ones (HF's form).",
             _penalty_ignores_sign,
-            zh="负的得分除以惩罚系数反而变大（−2 / 1.2 = −1.67），出现过的词元更容易被选中。应当负数乘、"
-               "正数除"
-               "（HF 的写法）。"),
+            zh="负的 logit 除以惩罚系数反而变大（−2 / 1.2 = −1.67），出现过的 token 更容易被选中。"
+               "应当负数乘、正数除（HF 的写法）。"),
     Mistake("penalised_per_occurrence", "each token id is penalised once, however many times it occurs "
             "(HF gathers the unique ids); counts are the frequency penalty, a different knob.",
             _penalty_per_occurrence,
-            zh="每个词元编号只惩罚一次，不论出现多少次（HF 取的是去重后的编号）；按出现次数惩罚的是频率惩罚，"
-               "那是另一个参数。"),
+            zh="每个 token id 只惩罚一次，不论出现多少次（HF 取的是去重后的 id）；按出现次数惩罚的是频率惩罚"
+               "，那是另一个参数。"),
     Mistake("inverted", "a penalty > 1 must LOWER the seen token: positive logits / penalty, negative "
             "logits * penalty.", _penalty_inverted,
-            zh="惩罚系数大于 1 时，出现过的词元应当变得更不可能：正得分除以系数，负得分乘以系数。"),
+            zh="惩罚系数大于 1 时，出现过的 token 应当变得更不可能：正的 logit 除以系数，负的乘以系数。"),
 )
 
 
@@ -330,7 +329,7 @@ def decode_cases(seed: int) -> list[Case]:
             "v_new": torch.randn(batch, kv_heads, 1, dim, generator=g),
             "k_cache": torch.randn(batch, kv_heads, past, dim, generator=g),
             "v_cache": torch.randn(batch, kv_heads, past, dim, generator=g)},
-            name_zh=f"随机用例 {i}：{heads} 个查询头，{kv_heads} 个键值头，缓存 {past} 个位置"))
+            name_zh=f"随机用例 {i}：{heads} 个查询头，{kv_heads} 个 KV 头，缓存 {past} 个位置"))
     return cases
 
 
@@ -339,11 +338,11 @@ DECODE_MISTAKES = (
             zh="注意力分数要除以 sqrt(head_dim)：q kᵀ / sqrt(d)。"),
     Mistake("gqa_wrong_head", "query head h reads kv head h // (H / K): expand with repeat_interleave "
             "along the head axis (HF's repeat_kv), not repeat.", _decode_variant(repeat_wrong=True),
-            zh="第 h 个查询头读取第 h // (H / K) 个键值头：沿头的维度用 `repeat_interleave` 扩展（HF 的 "
+            zh="第 h 个查询头读取第 h // (H / K) 个 KV 头：沿头的维度用 `repeat_interleave` 扩展（HF 的 "
                "`repeat_kv`），不是 `repeat`。"),
     Mistake("new_token_not_attended", "append the new key/value to the cache FIRST, then attend: the new "
             "token attends to itself too.", _decode_variant(only_past=True),
-            zh="先把新的键和值追加进缓存，再算注意力：新词元也要关注它自己。"),
+            zh="先把新的键和值追加进缓存，再算注意力：新 token 也要关注它自己。"),
     Mistake("causal_mask_on_decode", "one new query may see every cached key; a causal mask built as "
             "triu(ones(1, S), 1) hides all but the first.", _decode_variant(causal_mask=True),
             zh="单个新查询可以看到缓存里所有的键；按 `triu(ones(1, S), 1)` "
@@ -404,7 +403,7 @@ def backward_cases(seed: int) -> list[Case]:
         cases.append(Case(f"random {i}: seq {seq}, d {dim}, causal {causal}", {
             **{name: torch.randn(batch, heads, seq, dim, generator=g)
                for name in ("q", "k", "v", "grad_out")},
-            "causal": causal}, name_zh=f"随机用例 {i}：序列长度 {seq}，d = {dim}，因果 {causal}"))
+            "causal": causal}, name_zh=f"随机用例 {i}：序列长度 {seq}，d = {dim}，causal = {causal}"))
     return cases
 
 
@@ -447,11 +446,10 @@ EXERCISES = [
         explanation="Temperature rescales the logits; top-k keeps the k best scores; top-p keeps the "
                     "smallest set of most likely tokens whose mass reaches p, including the token that "
                     "crosses p.",
-        explanation_zh="温度对得分做缩放；top-k 保留得分最高的 k 个；top-p 保留累计概率达到 p "
-                       "的最小高概率词元集合，"
-                       "包括让累计概率越过 p 的那个词元。",
-        hints_zh=("升序排序后对 softmax 求累计和：当包含它自己在内的累计概率 ≤ 1 − p 时删掉这个词元。",
-                  "`torch.topk(scores, k).values[..., -1:]` 就是第 k 大的得分。",
+        explanation_zh="温度对 logits 做缩放；top-k 保留 logit 最高的 k 个；top-p 保留累计概率达到 p "
+                       "的最小高概率 token 集合，包括让累计概率越过 p 的那个 token。",
+        hints_zh=("升序排序后对 softmax 求累计和：当包含它自己在内的累计概率 ≤ 1 − p 时删掉这个 token。",
+                  "`torch.topk(scores, k).values[..., -1:]` 就是第 k 大的 logit。",
                   "顺序：先算 scores / T。"),
     ),
     Exercise(
@@ -468,15 +466,15 @@ EXERCISES = [
         hints=("torch.gather(scores, 1, input_ids) reads the seen logits; scatter writes them back.",
                "What does -2 / 1.2 do to a token's probability?"),
         source="transformers RepetitionPenaltyLogitsProcessor",
-        title_zh="区分正负得分的重复惩罚",
+        title_zh="区分 logit 正负的重复惩罚",
         question="How does the repetition penalty treat a negative logit?",
-        question_zh="重复惩罚遇到负的得分怎么处理？",
+        question_zh="重复惩罚遇到负的 logit 怎么处理？",
         explanation="A seen token should become less likely whatever the sign of its logit, so positive "
                     "logits are divided and negative ones multiplied by the penalty.",
-        explanation_zh="不管得分是正是负，出现过的词元都应当变得更不可能：正得分除以惩罚系数，"
-                       "负得分乘以惩罚系数。",
-        hints_zh=("`torch.gather(scores, 1, input_ids)` 读出出现过的词元的得分，再用 scatter 写回去。",
-                  "−2 / 1.2 会让这个词元的概率怎么变？"),
+        explanation_zh="不管 logit 是正是负，出现过的 token 都应当变得更不可能：正的 logit 除以惩罚系数，"
+                       "负的乘以惩罚系数。",
+        hints_zh=("`torch.gather(scores, 1, input_ids)` 读出出现过的 token 的 logit，再用 scatter 写回去。",
+                  "−2 / 1.2 会让这个 token 的概率怎么变？"),
     ),
     Exercise(
         name="rope_half_split", title="RoPE, rotate-half form (HF / GPT-NeoX)", topic="attention",
@@ -506,7 +504,7 @@ EXERCISES = [
                        "`rotate_half` 写出旋转。",
         hints_zh=("`torch.arange(0, d, 2).float() / d` 就是各个指数 2i/d。",
                   "第 i 维和第 i + d/2 维是一对，共用角度 θ_i。",
-                  "cos/sin 需要一个头的维度：`[:, None]`。"),
+                  "cos/sin 要补出头的维度：`[:, None]`。"),
     ),
     Exercise(
         name="rope_complex", title="RoPE, complex form (Meta's llama)", topic="attention",
@@ -556,17 +554,16 @@ EXERCISES = [
                "A single new query may attend to everything in the cache: no mask."),
         source="transformers cache_utils.py, modeling_llama.py",
         outputs=("out", "k_cache", "v_cache"),
-        title_zh="带 KV 缓存的单步解码注意力",
+        title_zh="带 KV cache 的单步解码注意力",
         question="What happens in one decode step with a KV cache?",
-        question_zh="用 KV 缓存解码一步时发生了什么？",
+        question_zh="用 KV cache 解码一步时发生了什么？",
         explanation="The new token's key and value are appended to the cache, and its single query attends "
                     "to every cached position; with grouped-query attention several query heads share one kv "
                     "head.",
-        explanation_zh="新词元的键和值先追加进缓存，它唯一的查询再对缓存里的所有位置做注意力；"
-                       "用分组查询注意力（GQA）时，"
-                       "几个查询头共用一个键值头。",
+        explanation_zh="新 token 的键和值先追加进缓存，它唯一的查询再对缓存里的所有位置做注意力；"
+                       "用分组查询注意力（GQA）时，几个查询头共用一个 KV 头。",
         hints_zh=("沿第 2 维（序列维）做 `torch.cat`。",
-                  "`k.repeat_interleave(H // K, dim=1)` 让每个查询头都拿到自己的键值头。",
+                  "`k.repeat_interleave(H // K, dim=1)` 让每个查询头都拿到自己对应的 KV 头。",
                   "单个新查询可以关注缓存里的所有位置：不需要掩码。"),
     ),
     Exercise(

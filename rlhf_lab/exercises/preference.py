@@ -71,11 +71,11 @@ def _chance_fixed_half(labels_a, labels_b):
 KAPPA_MISTAKES = (
     Mistake("raw_agreement", "this is the observed agreement p_o: kappa subtracts the agreement expected by "
             "chance, (p_o - p_e) / (1 - p_e).", _raw_agreement,
-            zh="这只是观测一致率 p_o：kappa 还要扣除偶然一致的部分，(p_o − p_e) / (1 − p_e)。"),
+            zh="这只是观测一致率 p_o：Kappa 还要扣除偶然一致的部分，(p_o − p_e) / (1 − p_e)。"),
     Mistake("pooled_frequencies", "p_e from the two annotators' pooled label frequencies is Scott's pi; "
             "Cohen's kappa uses each annotator's own frequencies: p_e = sum_k p_A(k) p_B(k).", _scott_pi,
-            zh="用两位标注员合并后的标签频率算 p_e，得到的是 Scott's pi；Cohen's kappa 用的是各自的标签频率："
-               "p_e = Σ_k p_A(k) p_B(k)。"),
+            zh="用两位标注员合并后的标签频率算 p_e，得到的是 Scott's pi；Cohen's Kappa "
+               "用的是两人各自的标签频率：p_e = Σ_k p_A(k) p_B(k)。"),
     Mistake("uniform_chance", "p_e = 1/K assumes every label is equally likely; use the label frequencies "
             "each annotator actually used.", _uniform_chance,
             zh="p_e = 1/K 假设每类标签出现的概率都一样；应当用两位标注员实际给出各类标签的频率。"),
@@ -110,11 +110,11 @@ def kappa_cases(seed: int) -> list[Case]:
         ("p_o 0.75, p_e 0.5", {"labels_a": [1, 1, 0, 0], "labels_b": [1, 0, 0, 0]}, 0.5,
          "p_o = 0.75，p_e = 0.5"),
         ("perfect", {"labels_a": [0, 1, 2, 1], "labels_b": [0, 1, 2, 1]}, 1.0, "完全一致"),
-        ("always disagree", {"labels_a": [0, 1, 0, 1], "labels_b": [1, 0, 1, 0]}, -1.0, "处处不一致"),
+        ("always disagree", {"labels_a": [0, 1, 0, 1], "labels_b": [1, 0, 1, 0]}, -1.0, "完全不一致"),
         ("skewed labels", {"labels_a": [1] * 8 + [0, 0], "labels_b": [1] * 9 + [0]}, 0.6153846,
          "标签分布不均衡"),
         ("three labels, one unused by b", {"labels_a": [0, 1, 2, 2, 1, 0], "labels_b": [0, 1, 1, 1, 1, 0]},
-         0.5, "三类标签，其中一类 b 从未使用"),
+         0.5, "三类标签，b 有一类从没用过"),
     ])
     cases.append(Case("p_e = 1: undefined", {"labels_a": [1, 1, 1], "labels_b": [1, 1, 1]}, math.nan,
                       name_zh="p_e = 1：无定义"))
@@ -183,10 +183,10 @@ BRADLEY_TERRY_MISTAKES = (
             zh="损失是负对数似然 −log σ(r_w − r_l)；写成 −σ(...) 的话，恰恰在模型错得最厉害的地方梯度消失。"),
     Mistake("chosen_rejected_swapped", "the chosen completion's reward comes first: sigmoid(r_w - r_l) is "
             "the probability that the chosen one wins.", _bt_swapped,
-            zh="被选中回答的奖励在前：σ(r_w − r_l) 是被选中回答胜出的概率。"),
+            zh="被选回答的奖励在前：σ(r_w − r_l) 是被选回答胜出的概率。"),
     Mistake("margin_sign", "the margin is subtracted, -log sigmoid(r_w - r_l - m): the chosen reward must "
             "beat the rejected one BY m.", _bt_margin_sign,
-            zh="间隔是减掉的：−log σ(r_w − r_l − m)，被选中回答的奖励要比被拒绝回答的高出 m 才算赢。"),
+            zh="间隔是减掉的：−log σ(r_w − r_l − m)，被选回答的奖励要比被拒回答的高出 m 才算赢。"),
 )
 
 
@@ -264,7 +264,7 @@ DPO_MISTAKES = (
          "不能只用策略模型自己的对数概率。"),
     _dpo("chosen_rejected_swapped", "h = chosen log-ratio minus rejected log-ratio; swapped, DPO learns the "
          "opposite preference.",
-         "h 是被选中回答的对数比率减去被拒绝回答的；写反了，DPO 学到的就是相反的偏好。"),
+         "h 是被选回答的对数比率减去被拒回答的；写反了，DPO 学到的就是相反的偏好。"),
     _dpo("label_smoothing_ignored", "conservative DPO: -(1 - eps) log sigmoid(beta h) - eps log "
          "sigmoid(-beta h) (TRL's label_smoothing).",
          "标签平滑（保守 DPO）：−(1 − ε) log σ(βh) − ε log σ(−βh)，对应 TRL 的 `label_smoothing`。"),
@@ -274,22 +274,22 @@ DPO_MISTAKES = (
     _dpo("mean_instead_of_sum", "DPO's log pi(y|x) is the SUM of the completion's token log-probs (the "
          "log-probability of the whole completion); the mean over tokens is TRL's IPO (or SimPO's length "
          "normalisation), not DPO.",
-         "DPO 里的 log π(y|x) 是回答中所有词元对数概率之和（整段回答的对数概率）；按词元取平均是 TRL 中 IPO "
-         "的做法"
-         "（或 SimPO 的长度归一化），不是 DPO。"),
+         "DPO 里的 log π(y|x) 是回答中所有 token 对数概率之和（整段回答的对数概率）；按 token 取平均是 TRL "
+         "中 IPO 的做法（或 SimPO 的长度归一化），不是 DPO。"),
     _dpo("ipo_summed", "loss_type='ipo' averages each completion's token log-probs over its own tokens "
          "before forming h (TRL; the paper writes sums): with sums h grows with the length, and the squared "
          "loss is dominated by the long completions.",
-         "loss_type='ipo' 时，要先在每个回答自己的词元上对对数概率求平均，再构造 h（TRL 的做法，"
+         "loss_type='ipo' 时，要先在每个回答自己的 token 上对对数概率求平均，再构造 h（TRL 的做法，"
          "论文里写的是求和）；"
          "用求和的话 h 随长度增长，平方损失会被长回答主导。"),
     _dpo("padding_counted", "sum (or average) over the completion's own tokens only: multiply by the mask; "
          "padded positions hold log-probs of tokens that were never generated.",
-         "只能在回答自己的词元上求和（或求平均）：先乘以掩码；填充位置上的对数概率对应的是从未生成过的词元。"),
+         "只能在回答自己的 token 上求和（或求平均）：先乘以掩码；填充位置上的对数概率对应的是从未生成过的 "
+         "token。"),
     _dpo("loss_type_ignored", "loss_type='ipo' asks for IPO's squared loss (h - 1/(2 beta))^2 on "
          "token-averaged log-probs, not DPO's -log sigmoid.",
-         "loss_type='ipo' 要求的是 IPO 的平方损失 (h − 1/(2β))²（用按词元平均的对数概率），不是 DPO 的 −log "
-         "σ。"),
+         "loss_type='ipo' 要求的是 IPO 的平方损失 (h − 1/(2β))²（用按 token 平均的对数概率），不是 DPO 的 "
+         "−log σ。"),
 )
 
 
@@ -320,7 +320,7 @@ def dpo_cases(seed: int) -> list[Case]:
          "已知值：同上，标签平滑 0.1"),
         # TRL's IPO on token means: h = 1/2 + 1/3 = 5/6, loss = (5/6 - 1/(2 * 0.1))^2 = 625/36
         ("IPO on token means: h = 5/6, (5/6 - 5)^2", pair(*vector, 0.1, 0.0, "ipo"),
-         [625 / 36], "IPO 按词元取平均：h = 5/6，(5/6 − 5)²"),
+         [625 / 36], "IPO 按 token 取平均：h = 5/6，(5/6 − 5)²"),
     ])
     cases.append(Case("a large wrong-way logit (beta h = -149.5)", pair(
         [-500.0, -500.0], ref_chosen, rejected, [-252.5, -252.5, -2.0], 0.1, 0.0),
@@ -370,14 +370,12 @@ EXERCISES = [
         question_zh="怎么判断两位标注员的一致性超出了偶然水平？Kappa 系数怎么算？",
         explanation="Observed agreement overstates agreement when labels are skewed; kappa subtracts the "
                     "agreement two independent annotators with the same label frequencies would reach.",
-        explanation_zh="标签分布不均衡时，观测一致率会高估一致性；kappa 扣除的是两位互相独立、"
-                       "但标签频率相同的标注员"
-                       "靠偶然就能达到的一致率。",
+        explanation_zh="标签分布不均衡时，观测一致率会高估一致性；Kappa 扣除的是两位相互独立、"
+                       "各自保持原有标签频率的标注员纯靠偶然就能达到的一致率。",
         hints_zh=("p_o 很简单：[a == b] 的平均值。",
                   "p_e 是两位互相独立、各自按这样的标签频率标注的标注员碰巧给出相同标签的概率。",
                   "用不均衡的标签检验一下 p_e：如果两人都有 90% 的样本标 1，p_e = 0.9 × 0.9 + 0.1 × 0.1 = "
-                  "0.82，"
-                  "于是 0.82 的原始一致率只是偶然水平（kappa 为 0）。"),
+                  "0.82，于是 0.82 的原始一致率只是偶然水平（Kappa 为 0）。"),
     ),
     Exercise(
         name="bradley_terry_loss", title="the Bradley-Terry reward-model loss", topic="preferences",
@@ -400,9 +398,8 @@ EXERCISES = [
         explanation="Bradley-Terry models the probability that the chosen answer beats the rejected one as a "
                     "sigmoid of their reward difference; the loss is its negative log, with an optional "
                     "margin.",
-        explanation_zh="Bradley-Terry 模型把被选中回答胜过被拒绝回答的概率写成两者奖励差的 sigmoid；"
-                       "损失就是它的负对数，"
-                       "可以再减去一个间隔。",
+        explanation_zh="Bradley-Terry 模型把被选回答胜过被拒回答的概率写成两者奖励差的 sigmoid；"
+                       "损失就是它的负对数，还可以减去一个间隔。",
         hints_zh=("P(y_w 胜过 y_l) = σ(r_w − r_l)；损失是它的负对数。",
                   "`torch.nn.functional.logsigmoid` 就是不会下溢的 log(sigmoid(x))。"),
     ),
@@ -434,19 +431,17 @@ EXERCISES = [
                "is log sigmoid without underflow.",
                "label_smoothing mixes in the loss of the flipped label, -log sigmoid(-beta h)."),
         source="DPO (arXiv 2305.18290); IPO (arXiv 2310.12036); TRL DPOTrainer",
-        title_zh="直接偏好优化：从逐词元对数概率写 DPO 与 IPO 损失",
+        title_zh="直接偏好优化：从逐 token 对数概率写 DPO 与 IPO 损失",
         question="Write the DPO loss (and IPO's) from the models' per-token log-probabilities.",
-        question_zh="从模型的逐词元对数概率出发，手写 DPO（直接偏好优化）和 IPO 的损失。",
+        question_zh="从模型的逐 token 对数概率出发，手写 DPO（直接偏好优化）和 IPO 的损失。",
         explanation="DPO trains the policy directly on preference pairs: the implicit reward is beta times "
                     "the log-ratio to the reference, and the loss is Bradley-Terry on those implicit rewards "
                     "(label smoothing mixes in the flipped label). A completion's log-probability is the sum "
                     "of its tokens' log-probs; TRL's IPO uses their mean.",
         explanation_zh="DPO 直接在偏好对上训练策略：隐式奖励是 β 乘以相对参考模型的对数比率，"
-                       "损失就是这些隐式奖励上的 "
-                       "Bradley-Terry 损失（标签平滑再混入标签翻转的情形）。"
-                       "一个回答的对数概率是它各个词元对数概率之和；"
-                       "TRL 的 IPO 用的是平均值。",
-        hints_zh=("先乘掩码，再沿词元归约：DPO 求和，IPO 在回答自己的词元上求平均。",
+                       "损失就是这些隐式奖励上的 Bradley-Terry 损失（标签平滑则按比例混入标签翻转后的损失）"
+                       "。一个回答的对数概率是它各个 token 对数概率之和；TRL 的 IPO 用的是平均值。",
+        hints_zh=("先乘掩码，再沿 token 归约：DPO 求和，IPO 在回答自己的 token 上求平均。",
                   "四个序列对数概率组成两个对数比率，h 是两者之差。`F.logsigmoid(beta * h)` 是不会下溢的 "
                   "log sigmoid。",
                   "标签平滑混入的是标签翻转时的损失 −log σ(−βh)。"),

@@ -155,8 +155,7 @@ GROUP_MISTAKES = (
     _group("population_std", "std divides by G (population std, torch.std(unbiased=False) / numpy's "
            "default); TRL and this lab use the sample std (G - 1), torch's default.",
            "标准差除以了 G（总体标准差，即 `torch.std(unbiased=False)`，也是 numpy 的默认写法）；TRL "
-           "和本实验用的是"
-           "样本标准差（除以 G − 1），也就是 torch 的默认值。"),
+           "和本项目用的是样本标准差（除以 G − 1），也就是 torch 的默认值。"),
     _group("batch_normalisation", "mean and std over the whole batch mix different prompts: the baseline "
            "must be each prompt's own group (view(-1, G), then statistics along dim 1).",
            "在整个批次上求均值和标准差，把不同提示词的回答混在了一起：基线必须是每个提示词自己的那一组"
@@ -318,7 +317,7 @@ GAE_MISTAKES = (
             "A_t + V_t (`gae + values[t]`).", _gae_vector_snippet,
             zh="面经里流传的那段代码在循环里加的是整个向量 `values[:-1]`（`gae + values[:-1]`），"
                "于是每个回报都成了"
-               "一个向量；第 t 个词元的回报应当是 A_t + V_t（`gae + values[t]`）。",
+               "一个向量；第 t 个 token 的回报应当是 A_t + V_t（`gae + values[t]`）。",
             recognise=_returns_are_vectors, component=1,
             error_line=r"values\s*\[\s*(:\s*,\s*)?:\s*-\s*1\s*\]"),
     Mistake("missing_lambda", "A_t = delta_t + gamma * lam * A_{t+1}: the recursion lost its lam "
@@ -327,7 +326,7 @@ GAE_MISTAKES = (
     Mistake("bootstrap_into_padding", "after the last real token the episode is over: V_{t+1} and A_{t+1} "
             "must be 0 there (not_done_t = mask_{t+1}), not the critic's value at a padded position.",
             _gae_bootstrap_into_padding,
-            zh="最后一个真实词元之后回合已经结束：那里的 V_{t+1} 和 A_{t+1} 必须取 0（`not_done_t = "
+            zh="最后一个真实 token 之后回合已经结束：那里的 V_{t+1} 和 A_{t+1} 必须取 0（`not_done_t = "
                "mask_{t+1}`），"
                "不能用价值模型在填充位置上的输出。"),
     Mistake("returns_to_go", "the value target is R_t = A_t + V_t (the lambda-return), not the discounted "
@@ -340,7 +339,7 @@ GAE_MISTAKES = (
             "last real token (not_done_t = mask_{t+1}); padded positions get A = R = 0.", _gae_mask_ignored,
             zh="完全没有用到掩码：递推一路穿过填充位置（用上了价值模型在那里的输出），填充位置的结果也不为 "
                "0。"
-               "回合在最后一个真实词元处结束（`not_done_t = mask_{t+1}`），填充位置的 A 和 R 都应为 0。"),
+               "回合在最后一个真实 token 处结束（`not_done_t = mask_{t+1}`），填充位置的 A 和 R 都应为 0。"),
 )
 
 
@@ -403,7 +402,7 @@ WHITEN_MISTAKES = (
                "`torch.std()` 恰好为 1。"),
     Mistake("stats_include_padding", "mean and variance must be over the REAL tokens only (mask == 1); "
             "padded positions are not data.", _whiten_with_padding,
-            zh="均值和方差只能在真实词元（掩码为 1 的位置）上计算；填充位置不是数据。"),
+            zh="均值和方差只能在真实 token（掩码为 1 的位置）上计算；填充位置不是数据。"),
     Mistake("per_row", "advantages are whitened over the whole batch (one mean, one std), not per "
             "sequence.", _whiten_per_row,
             zh="优势白化是在整个批次上做的（一个均值、一个标准差），不是每条序列各做一次。"),
@@ -511,10 +510,10 @@ POLICY_MISTAKES = (
             "itself.", "重要性采样比率是 exp(log π − log π_old)，不是对数比率本身。"),
     _policy("token_mean_over_batch", "that is the 'bnpo' aggregation (every token of the batch weighs the "
             "same); GRPO averages tokens within each sequence first, then sequences.",
-            "这是 'bnpo' 的聚合方式（整个批次里每个词元权重相同）；GRPO 先在每条序列内对词元求平均，"
+            "这是 'bnpo' 的聚合方式（整个批次里每个 token 权重相同）；GRPO 先在每条序列内对 token 求平均，"
             "再对序列求平均。"),
     _policy("padding_counted", "the mean runs over padded positions too; average over real tokens "
-            "(mask) only.", "求平均时把填充位置也算了进去；只能对真实词元（掩码为 1 的位置）求平均。"),
+            "(mask) only.", "求平均时把填充位置也算了进去；只能对真实 token（掩码为 1 的位置）求平均。"),
 )
 
 
@@ -605,7 +604,7 @@ def gspo_cases(seed: int) -> list[Case]:
     cases = spec_cases([("known value: token log-ratios [0.1, -0.2, 0.4]", {
         "logprobs": torch.tensor([[-1.0 + 0.1, -2.0 - 0.2, -0.5 + 0.4]]),
         "old_logprobs": torch.tensor([[-1.0, -2.0, -0.5]]), "mask": torch.ones(1, 3)},
-        [[1.1052, 1.1052, 1.1052]], "已知值：逐词元对数比率 [0.1, -0.2, 0.4]")], tolerance=1e-3)
+        [[1.1052, 1.1052, 1.1052]], "已知值：逐 token 对数比率 [0.1, -0.2, 0.4]")], tolerance=1e-3)
     g = _generator(seed)
     for i, lengths in enumerate([[4, 2, 5], [1, 3, 6, 2]]):
         seq_len = max(lengths) + 1
@@ -640,7 +639,7 @@ GSPO_MISTAKES = (
     Mistake("product_not_geometric_mean", "s_i is the GEOMETRIC MEAN of the token ratios: "
             "exp((1/|y_i|) sum_t log r_t). Without 1/|y_i| long answers get astronomically large ratios.",
             _gspo_product,
-            zh="s_i 是各词元比率的几何平均：exp((1/|y_i|) Σ_t log r_t)。少了 1/|y_i|，"
+            zh="s_i 是各 token 比率的几何平均：exp((1/|y_i|) Σ_t log r_t)。少了 1/|y_i|，"
                "长回答的比率会大得离谱。"),
     Mistake("mean_over_padding", "divide the summed log-ratio by the completion's own length |y_i| "
             "(mask.sum(-1)), not by the padded width T.", _gspo_mean_over_padding,
@@ -698,15 +697,15 @@ def aggregation_cases(seed: int) -> list[Case]:
 AGGREGATION_MISTAKES = (
     Mistake("grpo_bnpo_swapped", "'grpo' is the mean over sequences of each sequence's token mean; 'bnpo' "
             "and 'dapo' divide the sum over all tokens by the token count.", _aggregate_swapped,
-            zh="'grpo' 是先求每条序列内词元损失的平均，再对序列求平均；'bnpo' 和 'dapo' "
-               "是全部词元的损失之和除以词元总数。"),
+            zh="'grpo' 是先求每条序列内 token 损失的平均，再对序列求平均；'bnpo' 和 'dapo' "
+               "是全部 token 的损失之和除以 token 总数。"),
     Mistake("padding_counted", "the token count is mask.sum(), not the padded tensor's numel().",
-            _aggregate_padding_counted, zh="词元总数是 `mask.sum()`，不是填充后张量的 `numel()`。"),
+            _aggregate_padding_counted, zh="token 总数是 `mask.sum()`，不是填充后张量的 `numel()`。"),
     Mistake("dr_grpo_by_tokens", "Dr. GRPO divides by the CONSTANT batch * max_completion_length, so the "
             "weight of a token does not depend on how long the answers happened to be.",
             _aggregate_dr_grpo_tokens,
             zh="Dr. GRPO 除以的是常数 B × `max_completion_length`，"
-               "这样每个词元的权重与这批回答碰巧有多长无关。"),
+               "这样每个 token 的权重与这批回答碰巧有多长无关。"),
     Mistake("dr_grpo_padded_width", "Dr. GRPO's constant is max_completion_length (the generation budget), "
             "not the width of this padded batch.", _aggregate_dr_grpo_width,
             zh="Dr. GRPO 的常数用的是 `max_completion_length`（生成长度上限），不是这个批次填充后的宽度。"),
@@ -755,7 +754,7 @@ VALUE_MISTAKES = (
             zh="PPO 的价值损失对裁剪与未裁剪两种误差取最大值（悲观估计），"
                "与策略损失对两个替代目标取最小值是同一个道理。"),
     Mistake("padding_counted", "the mean runs over padded positions too; average over real tokens only.",
-            _value_padding_counted, zh="求平均时把填充位置也算了进去；只能对真实词元求平均。"),
+            _value_padding_counted, zh="求平均时把填充位置也算了进去；只能对真实 token 求平均。"),
     Mistake("missing_half", "the loss is 0.5 * mean(max(...)) (so its gradient is V - R).", _value_no_half,
             zh="损失是 0.5 × mean(max(...))（这样它的梯度正好是 V − R）。"),
     Mistake("no_clip", "plain 0.5 (V - R)^2: the clip to V_old +- c is missing. (Clipping V around the "
@@ -797,8 +796,7 @@ EXERCISES = [
                     "advantage is how many standard deviations its reward sits above the group mean. Every "
                     "token of the answer gets that one value.",
         explanation_zh="对同一个提示词采样 G 个回答，用这一组自己做基线：一个回答的优势，"
-                       "就是它的奖励比组内均值高出"
-                       "几个标准差。这个回答的每个词元都用这同一个值。",
+                       "就是它的奖励比组内均值高出几个标准差，这个回答的每个 token 都共用这个值。",
         hints_zh=("`rewards.view(-1, G)` 让每一行正好是一个提示词的那一组。",
                   "`torch.std` 默认除以 n − 1；numpy 的 std 默认除以 n。",
                   "如果一组的 G 个奖励全是 1，会发生什么？"),
@@ -833,12 +831,12 @@ EXERCISES = [
                     "bootstrapped.",
         explanation_zh="GAE 把各步的时序差分误差按 λ 指数衰减加权求和，在偏差和方差之间做权衡。每个 A_t "
                        "都要用到 "
-                       "A_{t+1}，所以要从最后一个词元往前算；回合在最后一个真实词元处结束，"
+                       "A_{t+1}，所以要从最后一个 token 往前算；回合在最后一个真实 token 处结束，"
                        "之后不再用价值估计自举。",
         hints_zh=("A_t 要用到 A_{t+1}：t 从最后一列倒着循环到 0。",
                   "把 next_value、next_advantage 和 not_done 都存成形状为 `(batch,)` 的张量，循环前全部置 "
                   "0。",
-                  "第 t 个词元的回报是 A_t + V_t：每个词元一个数。"),
+                  "第 t 个 token 的回报是 A_t + V_t：每个 token 一个数。"),
     ),
     Exercise(
         name="whiten", title="advantage whitening", topic="advantages", difficulty="easy", minutes=10,
@@ -861,8 +859,7 @@ EXERCISES = [
                     "size does not depend on the reward scale. The statistics come from the real tokens of "
                     "the whole batch only.",
         explanation_zh="PPO 把一个批次的优势缩放到均值 0、标准差 1，这样更新步长就不受奖励量纲的影响。"
-                       "统计量只取整个"
-                       "批次里的真实词元。",
+                       "均值和标准差只在整个批次的真实 token 上计算。",
         hints_zh=("`values[mask.bool()]` 就是所有真实位置上的值组成的一维张量。",
                   "整个批次只用一个均值和一个方差。",
                   "`torch.where(mask.bool(), x, 0)` 可以把填充位置清零。"),
@@ -899,7 +896,7 @@ EXERCISES = [
                        "梯度不流向它。",
         hints_zh=("`old_logprobs.detach()`：采样策略是常量。",
                   "先对两个替代目标取 `torch.min`，再加负号。",
-                  "先在每条序列内对词元求平均（除以该行掩码之和），再对序列求平均。"),
+                  "先在每条序列内对 token 求平均（除以该行掩码之和），再对序列求平均。"),
     ),
     Exercise(
         name="kl_estimators", title="k1, k2, k3 KL estimators", topic="losses", difficulty="easy", minutes=10,
@@ -921,10 +918,10 @@ EXERCISES = [
         explanation="The KL to the reference is estimated per sampled token from two log-probabilities. k1 "
                     "is unbiased but can be negative; k3 is unbiased and never negative, which is why GRPO "
                     "adds beta times k3 to its loss.",
-        explanation_zh="相对参考模型的 KL 散度，是在每个采样到的词元上用两个对数概率来估计的。k1 "
+        explanation_zh="相对参考模型的 KL 散度，是在每个采样到的 token 上用两个对数概率来估计的。k1 "
                        "无偏但可能为负；k3 "
                        "无偏且永远非负，所以 GRPO 在损失里加的是 β 乘以 k3。",
-        hints_zh=("三者都只是每个词元上一个数的函数：x = log π_ref − log π。",
+        hints_zh=("三者都只是每个 token 上一个数的函数：x = log π_ref − log π。",
                   "k3 始终 ≥ 0，且 π = π_ref 时 k3 = 0。"),
     ),
     Exercise(
@@ -949,9 +946,8 @@ EXERCISES = [
         question_zh="GSPO 的重要性采样比率和 GRPO 的有什么不同？",
         explanation="GSPO uses one ratio per answer: the geometric mean of its token ratios, so that long "
                     "and short answers live on the same scale and a whole answer is clipped or not.",
-        explanation_zh="GSPO 每个回答只用一个比率：各词元比率的几何平均。这样长回答和短回答处在同一量级上，"
-                       "裁剪也是对"
-                       "整个回答要么裁、要么不裁。",
+        explanation_zh="GSPO 每个回答只用一个比率：各 token 比率的几何平均。这样长回答和短回答的比率处在同一"
+                       "量级；裁剪也以整个回答为单位，要么整条裁掉，要么整条保留。",
         hints_zh=("比率的几何平均，就是对数比率的平均再取指数。",
                   "每一行除以它自己的长度：`mask.sum(-1, keepdim=True)`。",
                   "`.expand_as(logprobs)` 把 `(batch, 1)` 广播成 `(batch, seq)`。"),
@@ -978,10 +974,9 @@ EXERCISES = [
         question_zh="TRL 的 GRPOTrainer 里 loss_type 的几个选项改变的是什么？",
         explanation="Only how per-token losses are averaged, which sets each token's weight: per sequence "
                     "first (grpo), over all tokens (bnpo/dapo), or by a constant (dr_grpo).",
-        explanation_zh="只改变逐词元损失的平均方式，也就决定了每个词元的权重：先按序列平均（grpo）、"
-                       "对所有词元平均"
-                       "（bnpo/dapo），或者除以一个常数（dr_grpo）。",
-        hints_zh=("先乘掩码：`per_token_loss * mask`。词元总数是 `mask.sum()`。",
+        explanation_zh="它只改变逐 token 损失的平均方式，也就是每个 token 的权重：先按序列平均（grpo）、"
+                       "对所有 token 平均（bnpo/dapo），或者除以一个常数（dr_grpo）。",
+        hints_zh=("先乘掩码：`per_token_loss * mask`。token 总数是 `mask.sum()`。",
                   "Dr. GRPO 的归一化常数与回答的长度完全无关。"),
     ),
     Exercise(

@@ -130,20 +130,16 @@ QUESTIONS: tuple[Question, ...] = (
         "train rising while held-out stalls means overfitting. Choose the KL coefficient by plotting a "
         "held-out or gold metric against the KL. Report automatic metrics beside human review: held-out "
         "accuracy, length, diversity, and the win rate against the starting policy.",
-        "先讲标注一致性。Cohen's Kappa 系数 $\\kappa = (p_o - p_e)/(1 - p_e)$ "
-        "扣除了随机标注也能达到的一致率。"
-        "常用 Landis 和 Koch 的分级：低于 $0$ 为差，$0$–$0.20$ 为微弱，$0.21$–$0.40$ 为一般，$0.41$–$0.60$ "
-        "为中等，$0.61$–$0.80$ 为较强，$0.80$ 以上为几乎完全一致。"
-        "标注中的随机噪声决定了奖励模型能从这些标签里"
-        "学到的上限。接着展示奖励模型每一轮训练后的成对准确率：训练集上升而验证集停滞，就是过拟合。KL "
-        "系数要画出"
-        "验证集（或金标准）指标随 KL 的变化曲线来选。除了人工评测，还要报告自动指标：验证集准确率、回答长度、"
-        "多样性，以及相对初始策略的胜率。",
+        "先讲标注一致性。Cohen's Kappa 系数 $\\kappa = (p_o - p_e)/(1 - p_e)$ 扣除了偶然一致的部分。常用 "
+        "Landis 和 Koch 的分级：低于 $0$ 为差，$0$–$0.20$ 为极低，$0.21$–$0.40$ 为一般，$0.41$–$0.60$ "
+        "为中等，$0.61$–$0.80$ 为高度一致，$0.80$ 以上为几乎完全一致。标签里的随机噪声决定了奖励模型从这些标"
+        "签中能学到的上限。接着展示奖励模型每一轮（epoch）的成对准确率：训练集准确率上升而验证集停滞，"
+        "就是过拟合。KL 系数要画出验证集（或金标准）指标随 KL 的变化曲线来选。除了人工评测，"
+        "还要报告自动指标：验证集准确率、回答长度、多样性，以及相对初始策略的胜率。",
         "**Report kappa, not raw agreement.** Kappa removes the agreement that chance alone gives, and "
         "Landis and Koch's scale names its level. Random label noise caps what the reward model can learn.",
-        "**报告 Kappa 系数，而不是原始一致率。** Kappa 扣除了随机也能达到的一致，再用 Landis-Koch "
-        "分级说明它在哪一档。"
-        "标注中的随机噪声决定了奖励模型能学到的上限。",
+        "**报告 Kappa 系数，而不是原始一致率。** Kappa 扣除了偶然一致的部分，再用 Landis-Koch "
+        "分级说明它落在哪一档。标签里的随机噪声决定了奖励模型能学到的上限。",
         (S(NB10, "2. Annotator agreement (Interview Q1)"),
          S(NB10, "4. The accuracy curve, and does it overfit? (Interview Q1)"), S(NB11))),
     Question(
@@ -154,15 +150,15 @@ QUESTIONS: tuple[Question, ...] = (
         "teacher exists. RL needs only a way to score answers. It improves what the model already samples, "
         "and cannot reward what the model never produces, so it comes after SFT. They chain: SFT, then "
         "distillation, then RL.",
-        "SFT 模仿示范数据：能写出好答案时，SFT 就够了。蒸馏模仿更强模型的输出或概率分布：有这样的教师模型时，"
-        "它比强化学习便宜。强化学习只需要一个能给答案打分的办法，它在模型已经能采样到的答案上继续提升；"
-        "模型从来"
-        "生成不出的答案，它无从奖励，所以要放在 SFT 之后。三者可以串联：SFT、蒸馏、强化学习依次进行。",
+        "SFT 模仿示范数据：能写出好答案时，SFT 就够了。蒸馏模仿更强模型的输出或概率分布："
+        "有这样的教师模型时，它比强化学习便宜。强化学习只需要一个能给答案打分的办法，"
+        "它在模型已经能采样到的答案上继续提升；模型从来生成不出的答案，它无从奖励，所以要放在 SFT 之后。"
+        "三者可以串起来：先 SFT，再蒸馏，最后强化学习。",
         "**SFT when you can write good answers, distillation when a stronger model can, RL when you can only "
         "score them.** In practice they chain. RL starts from the SFT model, because it can only reward what "
         "the model already samples.",
-        "**能写出好答案就用 SFT，有更强的模型能写就用蒸馏，只能打分时才用强化学习。** 实践中三者串联。"
-        "强化学习从 SFT 模型出发，因为它只能奖励模型已经采样得到的答案。",
+        "**自己能写出好答案就用 SFT，有更强的模型能写就用蒸馏，只能打分时才用强化学习。** "
+        "实践中三者串联使用。强化学习从 SFT 模型出发，因为它只能奖励模型已经采样得到的答案。",
         (S(NB09, "5. Q2 — SFT, distillation or RL?"),
          S("04_sft_and_data_format.ipynb",
            "4. How the shipped RL starting checkpoint was made, and why RL wants a half-right model"))),
@@ -176,16 +172,15 @@ QUESTIONS: tuple[Question, ...] = (
         "is reward hacking: the policy found what the reward over-values. Fix the reward, add a KL or "
         "ensemble penalty, or stop early.",
         "要看奖励的均值和标准差，以及组内奖励全部相同的组所占的比例（这些组不产生梯度）。还要看与参考模型的 "
-        "KL 散度、裁剪比例、熵、回答长度和截断率、梯度范数，以及一个优化器看不到的验证集指标。"
-        "熵快速下降就是熵坍缩，"
-        "探索停止了。奖励上升而验证集指标下降，就是奖励黑客（奖励过优化）：策略找到了奖励函数高估的东西。"
-        "对策是"
-        "修正奖励、加 KL 惩罚或用奖励模型集成，或者提前停止训练。",
+        "KL、裁剪比例、熵、回答长度和截断率、梯度范数，以及一个优化器看不到的验证集指标。"
+        "熵快速下降说明出现了熵坍缩，模型不再探索。奖励上升而验证集指标下降，就是奖励黑客："
+        "策略找到了奖励函数高估的东西。对策是修正奖励、加 KL 惩罚或基于奖励模型集成的惩罚，"
+        "或者提前停止训练。",
         "**Watch reward mean and std, zero-std groups, KL, clip fraction, entropy, length, and a held-out "
         "metric.** Reward up while the held-out metric goes down is reward hacking. Fix the reward, tighten "
         "the KL, or stop early.",
-        "**盯住奖励均值和标准差、零方差组的比例、KL 散度、裁剪比例、熵、长度，以及一个验证集指标。** "
-        "奖励上升而验证集指标下降，就是奖励黑客。对策是修正奖励、加强 KL 约束或提前停止。",
+        "**盯住奖励的均值和标准差、零方差组的比例、KL、裁剪比例、熵、回答长度，以及一个验证集指标。** "
+        "奖励上升而验证集指标下降，就是奖励黑客。对策是修正奖励、加强 KL 约束，或者提前停止。",
         (METRICS_SECTION, S(NB11, "7. Interview Q3 / Q19 — \"The reward went up but real quality went down. "
                                   "Why, and what do you do?\""))),
     Question(
@@ -199,17 +194,16 @@ QUESTIONS: tuple[Question, ...] = (
         "larger one lets noisy steps through.",
         "$L = -\\frac{1}{G}\\sum_i \\frac{1}{|o_i|}\\sum_t \\min(r_{it} A_i,\\ \\mathrm{clip}(r_{it}, "
         "1-\\epsilon, 1+\\epsilon) A_i) + \\beta\\, k_3$。其中 $r_{it}$ 是该 token "
-        "相对采样策略的重要性采样比率。$A_i$ "
-        "是组内归一化后的奖励，同一个回答的所有 token 共用。先裁剪再取 min，是一个悲观下界：比率偏离超过 "
-        "$\\epsilon$ 后就不再推动。$\\beta k_3$ 是与参考模型之间的 KL "
-        "散度。$\\epsilon = 0.2$ 来自 PPO 论文在控制任务上的调参。$\\epsilon$ 越小，被裁剪的 token 越多，"
-        "学得越慢；越大，噪声大的更新越容易通过。",
+        "相对采样策略的重要性采样比率；$A_i$ 是组内归一化后的奖励，同一个回答的所有 token 共用。"
+        "对未裁剪项和裁剪项取 min，得到的是悲观下界：比率偏离超过 $\\epsilon$ 之后就不再继续推动。$\\beta "
+        "k_3$ 是与参考模型之间的 KL。$\\epsilon = 0.2$ 来自 PPO 论文在控制任务上的调参。$\\epsilon$ 越小，"
+        "被裁剪的 token 越多，学得越慢；越大，噪声大的更新越容易通过。",
         "**The GRPO loss is PPO's clipped surrogate with a group-normalised advantage, plus $\\beta$ times "
         "a KL to the reference.** With a positive advantage the clip stops the push above $1 + \\epsilon$, "
         "with a negative one below $1 - \\epsilon$. Clipped tokens give no gradient.",
-        "**GRPO 的损失就是 PPO 的裁剪目标，优势换成组内归一化的奖励，再加上 $\\beta$ 乘以与参考模型的 KL。** "
-        "优势为正时，比率超过 $1 + \\epsilon$ 就不再推动；优势为负时，低于 $1 - \\epsilon$ 就停止。"
-        "被裁剪的 token 没有梯度。",
+        "**GRPO 的损失就是 PPO 的裁剪替代目标，优势换成组内归一化的奖励，再加上 $\\beta$ 乘以与参考模型的 "
+        "KL。** 优势为正时，比率超过 $1 + \\epsilon$ 就不再推动；优势为负时，低于 $1 - \\epsilon$ "
+        "就不再推动。被裁剪的 token 没有梯度。",
         (S(NB07, "Q4 — The GRPO loss, term by term"), EPSILON_SECTION)),
     Question(
         5, "A", "为什么用优势函数，而不直接用原始奖励？", "Why advantages and not raw rewards?",
@@ -220,17 +214,17 @@ QUESTIONS: tuple[Question, ...] = (
         "nearly-hopeless prompts weigh as much as half-right ones. Dr. GRPO calls this the "
         "question-difficulty bias and drops the std. Raw rewards also work when they are already centred, "
         "or with huge batches, only more slowly.",
-        "减去基线不改变梯度的期望，却能去掉大部分方差。按每道题计算的基线还去掉了题目难度：简单题答对了，"
-        "并不提供"
-        "新信息。除以组内标准差统一了尺度，但也按难度给题目加了权：每个有对有错的组，优势向量的范数都是 "
-        "$\\sqrt{G-1}$。于是几乎全对和几乎全错的题，权重和对错各半的题一样大。Dr. GRPO 把这称为题目难度偏差，"
-        "并去掉了除以标准差这一步。奖励本身已经居中时，或者批量非常大时，直接用原始奖励也能学，只是更慢。",
+        "减去基线不改变梯度的期望，却能去掉大部分方差。按题目计算的基线还消掉了题目难度：简单题答对了，"
+        "并不提供新信息。除以组内标准差统一了尺度，但也按难度给题目重新加了权：每个有对有错的组，"
+        "优势向量的范数都是 $\\sqrt{G-1}$。于是几乎全对和几乎全错的题，权重和对错各半的题一样大。Dr. GRPO "
+        "把这称为题目难度偏差，并去掉了除以标准差这一步。奖励本身已经是零均值时，或者批量非常大时，"
+        "直接用原始奖励也能学，只是更慢。",
         "**A baseline removes variance and prompt difficulty without biasing the gradient, and the std fixes "
         "the scale.** Dividing by the std also up-weights nearly-solved and nearly-hopeless prompts, which "
         "Dr. GRPO removes. With 0/1 rewards, raw reward never pushes a wrong answer down.",
-        "**基线在不引入偏差的前提下降低方差、去掉题目难度，除以标准差则统一尺度。** "
-        "但除以标准差也放大了几乎全对"
-        "和几乎全错的题，Dr. GRPO 因此去掉了这一步。奖励为 0/1 时，原始奖励永远不会把错误答案往下压。",
+        "**基线在不引入偏差的前提下降低方差、消掉题目难度，除以标准差则统一尺度。** "
+        "但除以标准差也放大了几乎全对和几乎全错的题，Dr. GRPO 因此去掉了这一步。奖励为 0/1 时，"
+        "直接用原始奖励永远不会把错误答案往下压。",
         (S(NB05, "3. Q5 — Why advantages and not raw rewards? Baselines"),
          S(NB07B, "The question-difficulty bias: dividing by the group std"))),
     Question(
@@ -243,19 +237,16 @@ QUESTIONS: tuple[Question, ...] = (
         "whole answer is the product of its token ratios, whose variance explodes with length. The clip "
         "keeps $\\theta$ where the surrogate is trustworthy: past $1 \\pm \\epsilon$ a token gives no "
         "further gradient.",
-        "第一次参数更新之后，这批数据就变成了旧策略采样的数据。给每个 token 乘上 $r_t = "
-        "\\pi_\\theta/\\pi_{old}$，"
-        "修正的只是动作的概率；状态（也就是前缀）的分布仍然来自 $\\pi_{old}$。这样得到的是 PPO 的替代目标："
-        "它的梯度只在 $\\theta = \\theta_{old}$ 处等于策略梯度，附近只是一阶近似，并不是无偏估计。"
-        "整条回答的精确"
-        "权重是各 token 比率的乘积，其方差随长度爆炸。裁剪让 $\\theta$ 留在替代目标可信的范围内：比率超出 "
-        "$1 \\pm \\epsilon$ 后，这个 token 不再产生梯度。",
+        "第一次参数更新之后，这批数据就成了旧策略采样的数据。给每个 token 乘上 $r_t = \\pi_\\theta/\\pi_{old"
+        "}$，修正的只是动作的概率；状态（也就是前缀）的分布仍然来自 $\\pi_{old}$。这样得到的是 PPO "
+        "的替代目标：它的梯度只在 $\\theta = \\theta_{old}$ 处等于策略梯度，在附近只是一阶近似，"
+        "并不是无偏估计。整条回答的精确权重是各 token 比率的乘积，方差随长度爆炸式增长。裁剪让 $\\theta$ "
+        "留在替代目标可信的范围内：比率超出 $1 \\pm \\epsilon$ 后，这个 token 不再产生梯度。",
         "**Per-token ratios give PPO's surrogate objective, which is exact only at $\\theta = "
         "\\theta_{old}$.** It stays a good approximation while the policy moves little. The clip bounds how "
         "far one batch can push each token's probability.",
-        "**逐 token 的重要性比率给出的是 PPO 的替代目标，只在 $\\theta = \\theta_{old}$ 时精确。** "
-        "策略变化不大时，"
-        "它仍是好的近似。裁剪限制了一批数据能把每个 token 的概率推多远。",
+        "**逐 token 的重要性采样比率给出的是 PPO 的替代目标，它只在 $\\theta = \\theta_{old}$ 处精确。** "
+        "策略变化不大时，它仍是不错的近似。裁剪限制了一批数据能把每个 token 的概率推多远。",
         (S(NB05, "4. Q6 — Importance sampling: reusing a batch"),
          S(NB05, "5. Clipping: the PPO surrogate (what GRPO uses too)"))),
     Question(
@@ -283,10 +274,9 @@ QUESTIONS: tuple[Question, ...] = (
         "the data goes stale. Measure the clip fraction and a held-out metric against the number of passes, "
         "rather than trust a rule of thumb.",
         "PPO 和 GRPO 是同策略（On-Policy）方法，但能容忍少量异策略数据：在一批数据上更新几轮，"
-        "用重要性比率修正，"
-        "再用裁剪限制幅度。每多一轮，当前策略离采样策略就更远：比率更分散，被裁剪（不产生梯度）的 token "
-        "更多，"
-        "数据也越来越旧。与其相信经验法则，不如实际测一测裁剪比例和验证集指标随轮数的变化。",
+        "用重要性采样比率修正，再用裁剪限制幅度。每多一轮，当前策略离采样策略就更远：比率更分散，"
+        "被裁剪（不产生梯度）的 token 更多，数据也越来越旧。与其相信经验法则，不如实际测一测裁剪比例和验证集"
+        "指标随轮数的变化。",
         "**On-policy with a little reuse: a few passes per batch, corrected by ratios and bounded by the "
         "clip.** Each extra pass clips more tokens and uses staler data. Measure the clip fraction and a "
         "held-out metric as you add passes.",
@@ -300,13 +290,10 @@ QUESTIONS: tuple[Question, ...] = (
         "network: memory, compute, and a critic that must fit. GRPO samples $G$ answers per prompt and uses "
         "the group's mean (and std) as the baseline. That gives one advantage per answer, with no critic, "
         "for $G$ times the generation.",
-        "PPO 学一个价值函数 $V$（评论家），计算时序差分误差 $\\delta_t = r_t + \\gamma V_{t+1} - V_t$，"
-        "再用广义"
-        "优势估计（GAE）加权求和，得到每个 token 各自的优势。代价是多一个网络：显存、计算量，"
-        "而且价值函数要真的"
-        "拟合好。GRPO 对每道题采样 $G$ 个回答，用组内均值（和标准差）作为基线。每个回答一个优势，"
-        "不需要价值模型，"
-        "但生成量是原来的 $G$ 倍。",
+        "PPO 训练一个价值模型（critic）来估计 $V$，计算时序差分（TD）误差 $\\delta_t = r_t + \\gamma "
+        "V_{t+1} - V_t$，再用广义优势估计（GAE）加权求和，得到每个 token 各自的优势。代价是多一个网络："
+        "显存、计算量，而且价值模型得真的拟合好。GRPO 对每道题采样 $G$ 个回答，用组内均值（和标准差）"
+        "作为基线：每个回答一个优势，不需要价值模型，但生成量是原来的 $G$ 倍。",
         "**PPO gets a per-token advantage from a critic and GAE; GRPO gets one advantage per answer from its "
         "group's mean.** GRPO trades the critic's memory and training for $G$ samples per prompt.",
         "**PPO 用价值模型和 GAE 得到逐 token 的优势，GRPO 用组内均值为每个回答得到一个优势。** GRPO "
@@ -321,17 +308,15 @@ QUESTIONS: tuple[Question, ...] = (
         "critic (GAE) can tell tokens apart, but only if it learns to. Process rewards or token-level "
         "rewards score the steps directly.",
         "只看结果奖励的方法，给一个回答的所有 token 相同的优势。于是错误答案里正确的步骤也会一起被压低，"
-        "只有在大量"
-        "样本上取平均，才能把它们区分开。价值模型（GAE）原则上能区分不同的 token，前提是它真的学会了。"
-        "过程奖励或 "
-        "token 级奖励则直接给每一步打分。",
+        "只有在大量样本上取平均，才能把它们区分开。价值模型加 GAE 原则上能区分不同的 token，"
+        "前提是它真的学会了。过程奖励或 token 级奖励则直接给每一步打分。",
         "**Outcome rewards blame every token of a wrong answer, right steps included.** Only many samples "
         "average it out. Process rewards, or a critic that has learned, assign credit per step.",
         "**结果奖励会让错误答案里的每个 token 一起受罚，正确的步骤也不例外。** 只有大量采样才能把它平均掉。"
         "过程奖励，或者真正学好了的价值模型，才能按步骤分配信用。",
         (CREDIT_SECTION,)),
     Question(
-        11, "A", "多轮智能体与单轮有何不同：误差累积、上下文增长、何时停止、跨轮信用分配",
+        11, "A", "多轮智能体和单轮有什么不同？误差累积、上下文增长、停止条件、跨轮信用分配",
         "Multi-turn agents vs single turn",
         "Each turn's output becomes the next turn's input, so errors compound: episode success is roughly "
         "the product of the turns' success. The context grows with every tool result. The episode needs a "
@@ -339,12 +324,9 @@ QUESTIONS: tuple[Question, ...] = (
         "shared across turns. Given to every turn, it punishes a correct early turn for a later mistake. "
         "Per-turn (process) rewards or turn-level critics fix the credit, at the cost of judging each turn.",
         "每一轮的输出都是下一轮的输入，所以误差会累积：整个回合的成功率大致是各轮成功率的乘积。"
-        "每次工具返回结果，"
-        "上下文都会变长。回合需要一个停止规则，例如环境无法解析某一轮的输出时就结束。整个回合只有一个奖励，"
-        "却要分"
-        "给各轮：如果每一轮都拿同一个奖励，前面做对的轮次会因为后面的错误而受罚。按轮给奖励（过程奖励）"
-        "或按轮估计"
-        "价值可以修正信用分配，代价是要评判每一轮。",
+        "每次工具返回结果，上下文都会变长。回合需要一个停止规则，例如环境无法解析某一轮的输出时就结束。"
+        "整个回合只有一个奖励，却要分给各轮：如果每一轮都拿同一个奖励，前面做对的轮次会因为后面的错误而受罚"
+        "。按轮给奖励（过程奖励）或按轮估计价值可以修正信用分配，代价是每一轮都要评判。",
         "**Errors compound over turns, the context grows, and one episode reward punishes good early turns "
         "for later mistakes.** Per-turn rewards or a turn-level critic fix the credit. Give the episode a "
         "clear stop rule.",
@@ -361,12 +343,9 @@ QUESTIONS: tuple[Question, ...] = (
         "\\leftarrow (x + n // x) // 2$ from $x = n$ and stops when $x$ stops decreasing; it converges "
         "quadratically. Test $0, 1, 2, 3, 4$, perfect squares, and the largest input.",
         "二分查找：在 $[0, n]$ 中找满足 $m^2 \\le n$ 的最大 $m$。中点写成 $lo + (hi - lo) // 2$，"
-        "定长整数下不会"
-        "溢出；判断条件用 $m \\le n // m$ 代替 $m^2 \\le n$。总共 $O(\\log n)$ 步。牛顿迭代：对 $f(x) = x^2 "
-        "- n$，"
-        "从 $x = n$ 开始迭代 $x \\leftarrow (x + n // x) // 2$，直到 $x$ 不再下降为止，二次收敛。"
-        "测试用例要包括 "
-        "$0, 1, 2, 3, 4$、完全平方数和最大输入。",
+        "在定长整数下不会溢出；判断条件用 $m \\le n // m$ 代替 $m^2 \\le n$。总共 $O(\\log n)$ 步。"
+        "牛顿迭代：对 $f(x) = x^2 - n$，从 $x = n$ 开始迭代 $x \\leftarrow (x + n // x) // 2$，直到 $x$ "
+        "不再下降为止，二次收敛。测试用例要包括 $0, 1, 2, 3, 4$、完全平方数和最大输入。",
         "**Binary search with an overflow-safe midpoint and the test $m \\le n // m$; Newton's method $x "
         "\\leftarrow (x + n // x) // 2$ until it stops decreasing.** Then test the edge cases out loud: $0$, "
         "$1$, perfect squares, the largest input.",
@@ -375,7 +354,7 @@ QUESTIONS: tuple[Question, ...] = (
         "下降。** 写完要主动讲边界用例：$0$、$1$、完全平方数、最大输入。",
         (S(EXERCISES2),)),
     Question(
-        13, "A", "GRPO 相比 PPO 去掉了价值模型（评论家），省下了什么？",
+        13, "A", "GRPO 相比 PPO 去掉了价值模型（critic），省下了什么？",
         "GRPO vs PPO: what does removing the critic save?",
         "It saves the critic's parameters, its optimiser states, its gradients and activations, and its "
         "forward and backward passes. How much depends on the critic. A value head on the shared trunk costs "
@@ -390,11 +369,10 @@ QUESTIONS: tuple[Question, ...] = (
         "separate critic adds a whole model and its Adam states.** Count the parameters, gradients and "
         "optimiser states of every model held. The folklore's large saving fits only the separate critic.",
         "**取决于价值模型的形式：共享主干上的价值头几乎不占资源，独立的价值模型则要多出整个模型和它的 Adam "
-        "状态。** "
-        "要把每个模型的参数、梯度和优化器状态都算上。流传的“大幅节省显存”只适用于独立价值模型。",
+        "状态。** 要把每个模型的参数、梯度和优化器状态都算上。面经里说的“大幅节省显存”只适用于独立价值模型。",
         (S(NB06, "8. Q13 — What does dropping the critic save? Memory measured"), S("14_scale_up.ipynb"))),
     Question(
-        14, "A", "GSPO（组序列策略优化）：为什么使用序列级重要性比率？",
+        14, "A", "GSPO（组序列策略优化）：为什么要用序列级重要性比率？",
         "GSPO: why sequence-level importance ratios?",
         "GSPO's ratio is the length-normalised sequence likelihood ratio $s_i = (\\pi/\\pi_{old})^{1/|y_i|}$"
         ". There is one per answer, matching the sequence-level reward, and clipping keeps or drops whole "
@@ -424,8 +402,8 @@ QUESTIONS: tuple[Question, ...] = (
         "them as computation. An explanation written after the answer cannot help produce it. Measure "
         "held-out and out-of-distribution accuracy of both formats on the same budget.",
         "先推理后答案。这样答案的 token 以推理步骤为条件，模型可以把这些步骤当作计算过程来用。"
-        "写在答案之后的解释，"
-        "对生成答案本身没有帮助。应在相同的训练预算下，比较两种格式在验证集和分布外数据上的准确率。",
+        "写在答案之后的解释，对生成答案本身没有帮助。要在相同的训练预算下，比较两种格式在验证集和分布外数据"
+        "上的准确率。",
         "**Reasoning first, so that the answer can be computed from the steps.** An explanation after the "
         "answer cannot help produce it. Compare both formats on held-out and out-of-distribution data at the "
         "same budget.",
@@ -433,7 +411,7 @@ QUESTIONS: tuple[Question, ...] = (
         "比较两种格式在验证集和分布外数据上的表现。",
         (S(NB04, Q15_HEADING),)),
     Question(
-        16, "B", "为什么越靠后的 token 概率越高？温度、核采样（top-p）和重复惩罚怎样改变分布？",
+        16, "B", "为什么越靠后的 token 概率越高？温度、核采样（top-p）和重复惩罚怎么改变分布？",
         "Why are later tokens more probable? Temperature, top-p, repetition penalty",
         "The textbook reason: a later token is conditioned on more context, and more conditioning can only "
         "lower the expected entropy. For a stationary source, $H(X_t \\mid X_{<t})$ does not grow with $t$. "
@@ -441,12 +419,10 @@ QUESTIONS: tuple[Question, ...] = (
         "decided it. Temperature divides the logits: sharper below $1$, flatter above. Top-p keeps the "
         "smallest set of tokens whose probability reaches $p$. The repetition penalty lowers the logits of "
         "tokens already present, and it is sign-aware.",
-        "教科书式的解释：越靠后的 token 依赖的上下文越多，而条件越多，期望熵只会越低；对平稳信源，"
-        "$H(X_t \\mid X_{<t})$ 不随 $t$ 增大。但这只是趋势，不是定律：一个 token "
-        "的概率取决于任务在这一步已经把"
-        "它确定了多少。温度把 logits 除以 $T$：小于 $1$ 时分布更尖锐，大于 $1$ 时更平坦。核采样（top-p）"
-        "保留累计"
-        "概率达到 $p$ 的最小 token 集合。重复惩罚降低已出现 token 的 logits，并且区分正负号。",
+        "教科书式的解释：越靠后的 token 依赖的上下文越多，而条件越多，期望熵只会越低；对平稳信源，$H(X_t "
+        "\\mid X_{<t})$ 不随 $t$ 增大。但这只是趋势，不是定律：一个 token 的概率取决于任务在这一步已经把它确"
+        "定了多少。温度把 logits 除以 $T$：小于 $1$ 时分布更尖锐，大于 $1$ 时更平坦。核采样（top-p）"
+        "保留累计概率达到 $p$ 的最小 token 集合。重复惩罚压低已出现 token 的 logit，并且区分 logit 的正负。",
         "**Later tokens see more context, and on average more context means lower entropy, but it is a "
         "tendency, not a law.** Where the task pins a token down, it is probable at any position. "
         "Temperature rescales the logits, top-p cuts the tail, the repetition penalty lowers repeated "
@@ -463,21 +439,19 @@ QUESTIONS: tuple[Question, ...] = (
         "multiply by $e^{im\\theta_i}$. Two pairings exist, interleaved and rotate-half; they agree after "
         "permuting the projection rows. Compute the angles in fp32: fp16 positions and angles lose "
         "precision.",
-        "把 Q、K 向量的每一对维度旋转角度 $m\\theta_i$，其中 $\\theta_i = 10000^{-2i/d}$。这样 "
-        "$\\langle R_m q, R_n k\\rangle$ 只依赖于 $m - n$。写成复数形式，就是乘以 $e^{im\\theta_i}$。"
-        "维度的配对有"
-        "两种约定：相邻两维配对，或前后两半配对；对投影矩阵的行做一次置换后，两者等价。角度要用 fp32 计算："
-        "fp16 下"
-        "的位置和角度会丢失精度。",
+        "把 q、k 的每一对维度旋转角度 $m\\theta_i$，其中 $\\theta_i = 10000^{-2i/d}$。这样 $\\langle R_m q, "
+        "R_n k\\rangle$ 只依赖于 $m - n$。写成复数形式，就是乘以 $e^{im\\theta_i}$。维度的配对有两种约定："
+        "相邻两维配对，或前后两半配对；对投影矩阵的行做一次置换后，两者等价。角度要用 fp32 计算：fp16 "
+        "下的位置和角度会丢失精度。",
         "**RoPE rotates each pair of query and key dimensions by an angle proportional to the position, so "
         "their dot product depends only on the offset.** The two pairing conventions agree after a "
         "permutation. Compute the angles in fp32.",
-        "**RoPE 按位置把 Q、K 的每一对维度旋转相应的角度，所以两者的点积只取决于相对位置。** 两种配对约定经过"
-        "一次置换即可互换。角度要用 fp32 计算。",
+        "**RoPE 按位置把 q、k 的每一对维度旋转相应的角度，所以两者的点积只取决于相对位置。** "
+        "两种配对约定经过一次置换即可互换。角度要用 fp32 计算。",
         (S("02_rope.ipynb", "Q17 — The two pairing conventions, and the permutation between them"),
          S("02_rope.ipynb", "Q17 — fp16 and bf16 pitfalls"))),
     Question(
-        18, "B", "KV 缓存：占多少显存？分页存储、前缀共享和量化",
+        18, "B", "KV cache：占多少显存？分页存储、前缀共享和量化",
         "KV cache: memory, paging, prefix sharing, quantization",
         "Bytes $= 2 \\cdot L \\cdot n_{kv} \\cdot d_{head} \\cdot T \\cdot B \\cdot$ bytes per element. "
         "Paged storage allocates fixed-size blocks through a block table. Memory is then not reserved for "
@@ -492,9 +466,8 @@ QUESTIONS: tuple[Question, ...] = (
         "**A KV cache stores $2 L n_{kv} d_{head}$ values per token, so decoding does one token of work per "
         "step.** Paging avoids reserving the maximum length and lets samples share the prompt. Quantizing to "
         "int8 halves the memory again.",
-        "**KV 缓存每个 token 存 $2 L n_{kv} d_{head}$ 个数，解码每步只需计算一个新 token。** "
-        "分页存储不必按最大"
-        "长度预留，还能让多个采样共享提示词。int8 量化再省一半。",
+        "**KV cache 每个 token 存 $2 L n_{kv} d_{head}$ 个数，解码每步只需计算一个新 token。** "
+        "分页存储不必按最大长度预留，还能让多个采样共享提示词。int8 量化再省一半。",
         (S(NB03, "Q18 — How much memory does the KV cache take?"),
          S(NB03, "Q18 — Paged storage and prefix sharing"))),
     Question(
@@ -504,11 +477,9 @@ QUESTIONS: tuple[Question, ...] = (
         "with a KL to the SFT model. State: the prompt plus the tokens so far. Action: the next token, one "
         "of the vocabulary, a discrete choice. Reward: usually one score for the finished answer, plus the "
         "per-token KL penalty.",
-        "先在示范数据上做 SFT，再用人类偏好对训练奖励模型，最后用强化学习针对奖励模型优化，同时用 KL "
-        "约束策略不要"
-        "偏离 SFT 模型。状态：提示词加上已经生成的 token。动作：下一个 token，从词表中选一个，是离散的。"
-        "奖励：通常"
-        "是整个回答结束后的一个分数，外加逐 token 的 KL 惩罚。",
+        "先在示范数据上做 SFT，再用人类偏好对训练奖励模型，最后以奖励模型为目标做强化学习，同时用 KL "
+        "约束策略不要偏离 SFT 模型。状态：提示词加上已经生成的 token。动作：下一个 token，从词表中选一个，"
+        "是离散的。奖励：通常是整个回答结束后的一个分数，外加逐 token 的 KL 惩罚。",
         "**SFT, then a reward model from preference pairs, then RL with a KL leash to the SFT model.** The "
         "state is the prompt plus the tokens so far, the action is the next token, and the reward usually "
         "comes once at the end.",
@@ -524,16 +495,13 @@ QUESTIONS: tuple[Question, ...] = (
         "state-dependent and allows bootstrapping. TRPO bounds each step with a hard KL constraint, a trust "
         "region solved with second-order methods. PPO gets most of that with a first-order clipped "
         "objective, which several minibatch passes can reuse.",
-        "REINFORCE 无偏，但方差大。加入基线降低了方差。演员-评论家让基线依赖于状态，并能用自举来估计回报。"
-        "TRPO 用"
-        "严格的 KL 约束（信任域）限制每一步，需要二阶方法求解。PPO 用一阶的裁剪目标得到了大部分效果，"
-        "而且同一批"
-        "数据可以分成小批量更新多轮。",
+        "REINFORCE 无偏，但方差大。加入基线降低了方差。演员-评论家（Actor-Critic）用价值模型让基线随状态变化"
+        "，还能用自举（bootstrapping）估计回报。TRPO 用严格的 KL 约束（信任域）限制每一步，"
+        "需要二阶方法求解。PPO 用一阶的裁剪目标得到了大部分效果，而且同一批数据可以分成小批量更新多轮。",
         "**Each step reduces variance or bounds the step: baseline, critic, trust region, clip.** TRPO's "
         "trust region is a hard KL constraint; PPO approximates it with a first-order clip.",
-        "**每一步要么降低方差，要么限制步长：基线、评论家、信任域、裁剪。** TRPO 的信任域是硬性的 KL 约束，"
-        "PPO 用"
-        "一阶的裁剪来近似它。",
+        "**每一步要么降低方差，要么限制步长：基线、价值模型、信任域、裁剪。** TRPO 的信任域是硬性的 KL "
+        "约束，PPO 用一阶的裁剪来近似它。",
         (Q20_SECTION,)),
     Question(
         21, "C", "PPO 细节：广义优势估计（GAE）、裁剪的比率、价值损失",
@@ -543,11 +511,9 @@ QUESTIONS: tuple[Question, ...] = (
         "loss is clipped too, and fits the returns $R_t = A_t + V_t$. The clip approximates a trust region: "
         "past $1 \\pm \\epsilon$ the objective is flat, so the gradient stops pulling the token further.",
         "优势由广义优势估计（GAE）在逐 token 奖励上计算：最后一个 token 拿到得分，每个 token 都有 KL 惩罚。"
-        "优势再"
-        "做白化（归一化）。策略损失是 $-\\min(rA, \\mathrm{clip}(r)A)$。价值损失同样做裁剪，拟合回报 "
-        "$R_t = A_t + V_t$。裁剪近似一个信任域：比率超出 $1 \\pm \\epsilon$ 后目标函数变平，梯度不再把这个 "
-        "token "
-        "往外推。",
+        "优势还要做白化（减均值、除以标准差）。策略损失是 $-\\min(rA, \\mathrm{clip}(r)A)$。"
+        "价值损失同样做裁剪，拟合回报 $R_t = A_t + V_t$。裁剪近似一个信任域：比率超出 $1 \\pm \\epsilon$ "
+        "后目标函数变平，梯度不再把这个 token 往外推。",
         "**GAE turns per-token rewards and values into per-token advantages; the policy loss is the clipped "
         "surrogate; the value loss fits the returns, clipped as well.** Past $1 \\pm \\epsilon$ the "
         "objective is flat, which approximates a trust region.",
@@ -563,12 +529,11 @@ QUESTIONS: tuple[Question, ...] = (
         "adaptive. Use one to four epochs per batch, and clip gradients at norm $1$. The learning rate is "
         "orders of magnitude below pre-training, because the policy starts good and a large step destroys "
         "it. The lab's tiny model trains at $2 \\times 10^{-4}$. Sweep on your own setup.",
-        "大模型上的常见取值：裁剪 $\\epsilon \\approx 0.2$，$\\gamma = 1$，$\\lambda$ 取 $0.95$ 左右（也常用 "
-        "$1$）。回合很短、奖励在最后，所以不需要折扣。学习率约为 $10^{-6}$ 到 $10^{-5}$，KL 系数约为 $0.01$ "
-        "到 "
-        "$0.1$，或者用自适应 KL。每批数据训练一到四轮，梯度裁剪的范数上限取 $1$。学习率比预训练低几个数量级，"
-        "因为策略一开始就不错，大步更新会把它毁掉。本实验室的小模型用 $2 \\times 10^{-4}$。具体数值要在自己的"
-        "设置上调。",
+        "大模型上的常见取值：裁剪 $\\epsilon \\approx 0.2$，$\\gamma = 1$，$\\lambda$ 取 $0.95$ "
+        "左右（也常用 $1$）。回合很短、奖励在最后，所以不需要折扣。学习率约为 $10^{-6}$ 到 $10^{-5}$，KL "
+        "系数约为 $0.01$ 到 $0.1$，或者用自适应 KL。每批数据训练一到四轮，梯度裁剪的范数上限取 $1$。"
+        "学习率比预训练低几个数量级，因为策略一开始就不错，大步更新会把它毁掉。本项目的小模型用 $2 \\times "
+        "10^{-4}$。具体数值要在自己的设置上调。",
         "**Clip $0.2$, $\\gamma = 1$, $\\lambda$ near $1$, a learning rate of $10^{-6}$ to $10^{-5}$, a KL "
         "coefficient of $0.01$ to $0.1$, a few epochs, gradient clipping.** The learning rate is tiny "
         "because the policy starts good. Sweep on your own setup.",
@@ -617,18 +582,13 @@ QUESTIONS: tuple[Question, ...] = (
         "\\propto \\pi_{ref}\\, e^{r/\\beta}$, which an argmax cannot represent. The parameter count is not "
         "the reason.",
         "DQN 学习 $Q(s, a)$，用 argmax 或 $\\epsilon$-贪心选动作，在经验回放的数据上用自举目标训练，"
-        "属于异策略。"
-        "SAC 是带熵奖励的异策略演员-评论家方法，为连续动作设计。A3C 是异步的同策略演员-评论家。PPO "
-        "是带裁剪替代"
-        "目标的同策略方法。大模型不用 DQN，原因有四。第一，预训练模型本身是一个策略，不是 Q 函数，"
-        "而强化学习必须"
-        "从它出发。第二，在约 $10^5$ 个 token 上做 argmax 或 $\\epsilon$-贪心，探索效率极低。第三，"
-        "稀疏的终局奖励"
-        "要靠自举沿着长序列往回传，再加上函数近似和异策略数据，正是“致命三要素”；"
-        "对大量带噪声的估计取最大值还会"
-        "高估。第四，RLHF 带 KL 正则的最优解是一个随机策略 $\\pi^* \\propto \\pi_{ref}\\, e^{r/\\beta}$，"
-        "argmax "
-        "表达不了。参数量并不是原因。",
+        "属于异策略。SAC 是带熵奖励的异策略演员-评论家方法，为连续动作设计。A3C 是异步的同策略演员-评论家。"
+        "PPO 是带裁剪替代目标的同策略方法。大模型不用 DQN，原因有四。第一，预训练模型本身是一个策略，不是 Q "
+        "函数，而强化学习必须从它出发。第二，在约 $10^5$ 个 token 的词表上做 argmax 或 $\\epsilon$-贪心，"
+        "探索效率极低。第三，稀疏的终局奖励要靠自举沿着长序列往回传，再加上函数近似和异策略数据，"
+        "正是“致命三要素”（deadly triad）；对大量带噪声的估计取最大值还会高估。第四，RLHF 带 KL "
+        "正则的最优解是一个随机策略 $\\pi^* \\propto \\pi_{ref}\\, e^{r/\\beta}$，argmax 表达不了。"
+        "参数量并不是原因。",
         "**PPO improves the pretrained policy directly; DQN would need a Q-function over about $10^5$ "
         "actions, learned by bootstrapping a sparse final reward.** That is the deadly triad, and argmax "
         "exploration over a vocabulary is hopeless. RLHF's KL-regularised optimum is also a stochastic "
@@ -645,11 +605,9 @@ QUESTIONS: tuple[Question, ...] = (
         "when they should be. And the puzzle 'my GRPO loss is 0 at the first step': the ratio is $1$ and "
         "the group advantages sum to zero, yet the gradient is not zero.",
         "不做优势归一化：步长随奖励的尺度变化。不做梯度裁剪：一批坏数据就能迈出一大步。"
-        "混用同策略和异策略数据，却"
-        "不乘重要性比率。GAE 递推写错：方向反了，或者加错了价值。对数概率用低精度：本应等于 $1$ "
-        "的比率不等于 $1$。"
-        "还有一个常见的疑问：“GRPO 第一步的损失为什么是 0？”答案是比率为 $1$，组内优势之和为零，"
-        "但梯度并不为零。",
+        "混用同策略和异策略数据，却不乘重要性采样比率。GAE 递推写错：方向反了，或者加错了价值。"
+        "对数概率用低精度：本应等于 $1$ 的比率不等于 $1$。还有一个常见的疑问：“GRPO 第一步的损失为什么是 "
+        "0？”答案是比率为 $1$，组内优势之和为零，但梯度并不为零。",
         "**Check GAE against a hand-computed vector, whiten advantages, clip gradients, and keep log-probs "
         "in fp32.** A zero loss at the first GRPO step is expected, and its gradient is not zero.",
         "**用手算的向量核对 GAE，做优势白化，做梯度裁剪，对数概率保持 fp32。** GRPO 第一步损失为零是正常的，"
@@ -743,13 +701,10 @@ QUESTIONS: tuple[Question, ...] = (
         "mistakes are scored and corrected. Many passes of a policy-gradient loss over one old batch are "
         "offline RL in disguise.",
         "离线强化学习只用一份由其他策略收集的固定数据集，不再采样新数据。它的核心问题是分布偏移："
-        "学到的策略会走向"
-        "数据没有覆盖的回答，而在那里，价值或奖励的估计只是无法验证的外推。所以离线方法都要贴近数据："
-        "只克隆好样本"
-        "（拒绝采样微调）、按优势加权回归、保守 Q 学习（CQL）、隐式 Q 学习（IQL）。在大模型上，"
-        "用固定的偏好数据做 "
-        "DPO 就是离线的。在线强化学习从当前策略采样，策略犯的错会被打分、被纠正。"
-        "在同一批旧数据上反复做策略梯度，"
+        "学到的策略会走向数据没有覆盖的回答，而在那里，价值或奖励的估计只是无法验证的外推。"
+        "所以离线方法都要贴近数据：只对好样本做行为克隆（拒绝采样微调）、优势加权回归（AWR）、保守 Q "
+        "学习（CQL）、隐式 Q 学习（IQL）。在大模型上，用固定的偏好数据做 DPO 就是离线的。"
+        "在线强化学习从当前策略采样，策略犯的错会被打分、被纠正。在同一批旧数据上反复做策略梯度，"
         "本质上就是离线强化学习。",
         "**Offline RL learns from a fixed dataset, so the policy drifts where the data cannot check it; "
         "offline methods therefore stay close to the data.** Online RL scores the current policy's own "
@@ -759,7 +714,7 @@ QUESTIONS: tuple[Question, ...] = (
         "策略自己的样本打分。用固定偏好数据做 DPO 是离线的，GRPO 和 PPO 是在线的。",
         (OFFLINE_DPO_SECTION, PASSES_SECTION)),
     Question(
-        31, "D", "KV 缓存的内存布局如何影响解码速度？", "KV-cache memory layout and decoding speed",
+        31, "D", "KV cache 的内存布局如何影响解码速度？", "KV-cache memory layout and decoding speed",
         "Decoding is memory-bound: each new token reads all the weights and the whole KV cache. On a GPU, "
         "the time per token is roughly the bytes read divided by the memory bandwidth. So at long contexts "
         "the cache's size and layout set the speed. A contiguous, preallocated cache is read in one sweep "
@@ -767,19 +722,16 @@ QUESTIONS: tuple[Question, ...] = (
         "paged cache adds a block-table lookup but wastes almost no memory, so more sequences fit in a "
         "batch; that is where vLLM's throughput comes from. An int8 cache halves the bytes read, at the "
         "cost of dequantising them.",
-        "解码受内存带宽限制：每生成一个 token，都要读一遍全部权重和整个 KV 缓存。在 GPU 上，每个 token "
-        "的耗时大约"
-        "是读取的字节数除以显存带宽，所以长上下文时，缓存的大小和布局决定速度。连续、"
-        "预分配的缓存一次顺序读完，"
-        "从不复制。靠拼接增长的缓存每一步都要重新分配并复制自己。分页缓存多一次块表查找，但几乎不浪费显存，"
-        "一个"
-        "批次能放下更多序列，vLLM 的吞吐量正是由此而来。int8 缓存把读取的字节数减半，代价是要反量化。",
+        "解码是访存受限（memory-bound）的：每生成一个 token，都要读一遍全部权重和整个 KV cache。在 GPU 上，"
+        "每个 token 的耗时大约是读取的字节数除以显存带宽，所以上下文一长，缓存的大小和布局就决定了速度。"
+        "连续、预分配的缓存一次顺序读完，从不复制。靠拼接增长的缓存每一步都要重新分配内存并复制自己。"
+        "分页缓存多一次块表查找，但几乎不浪费显存，一个批次能放下更多序列，vLLM 的吞吐量正是由此而来。int8 "
+        "缓存把读取的字节数减半，代价是要反量化。",
         "**Decoding is memory-bound, so the KV cache's bytes and layout set the speed.** A preallocated "
         "contiguous cache never copies, concatenation copies every step, and paging trades a lookup for "
         "batch size. An int8 cache halves the bytes read.",
-        "**解码受内存带宽限制，所以 KV 缓存的字节数和布局决定速度。** 预分配的连续缓存从不复制，"
-        "拼接式缓存每步都"
-        "要复制，分页缓存用一次查表换来更大的批次。int8 缓存把读取量减半。",
+        "**解码是访存受限的，所以 KV cache 的字节数和布局决定速度。** 预分配的连续缓存从不复制，"
+        "拼接式缓存每步都要复制，分页缓存用一次查表换来更大的批次。int8 缓存把读取量减半。",
         (S(NB03, "Q18 — How much faster is decoding with a KV cache?"),
          S(NB03, "Q18 — Paged storage and prefix sharing"),
          S(NB03, "Q18 — An int8 KV cache: memory and error"))),
@@ -889,7 +841,7 @@ MYTHS: tuple[Myth, ...] = (
     Myth("continuous", "大模型输出本质是高维连续分布",
          "an LLM's output is a high-dimensional continuous distribution",
          True, "wrong: a discrete choice among the vocabulary's "
-               "tokens", "错误：输出是在词表上的离散选择", "Q25, Q19"),
+               "tokens", "错误：输出是在词表上做离散选择", "Q25, Q19"),
     Myth("moe_imbalance", "天然适配MoE架构的负载不均衡特性", "GSPO naturally fits MoE's load imbalance", True,
          "wrong mechanism: GSPO is about routing volatility; load balance is the router's auxiliary loss",
          "机制说错了：GSPO 针对的是路由波动，负载均衡靠路由器的辅助损失", "Q14; 15 §6"),
@@ -899,11 +851,11 @@ MYTHS: tuple[Myth, ...] = (
          "说反了：GSPO 的裁剪范围小得多，更大的是被裁剪 token 的比例", "Q14; 08 §4"),
     Myth("memory_40", "显存占用降低约40%", "GRPO cuts memory by about 40% by dropping the critic", True,
          "only with a separate critic; with a value head on the shared trunk the saving is negligible",
-         "只在独立价值模型时成立；共享主干上的价值头几乎不省显存", "Q13; 06 §8"),
+         "只在使用独立价值模型时成立；共享主干上的价值头几乎不省显存", "Q13; 06 §8"),
     Myth("gspo_faster", "GSPO的收敛速度通常比GRPO快2-3倍", "GSPO usually converges 2-3x faster than GRPO",
          True,
          "unsupported: the paper gives no such factor; measure steps to a target over seeds",
-         "没有依据：论文没有给出这个倍数，要用多个种子比较达到目标的步数", "Q29; 09 §3, 15 §4"),
+         "没有依据：论文没有给出这个倍数，要用多个种子比较达到目标所需的步数", "Q29; 09 §3, 15 §4"),
     Myth("grpo_fabricated",
          "“GRPO（Generalized Reinforcement Learning with Policy Optimization）是2023年提出的”，"
          "并称它使用“adaptive trust region, Fisher preconditioning, ε-greedy”",
@@ -913,13 +865,13 @@ MYTHS: tuple[Myth, ...] = (
          "fabricated: GRPO is Group Relative Policy Optimization (DeepSeekMath, arXiv 2402.03300, February "
          "2024): PPO's clipped loss with a group-mean baseline and no critic; none of the three techniques "
          "is in it",
-         "编造的：GRPO 是组相对策略优化（DeepSeekMath，arXiv 2402.03300，2024 年 2 月），即 PPO "
+         "纯属编造：GRPO 是组相对策略优化（DeepSeekMath，arXiv 2402.03300，2024 年 2 月），即 PPO "
          "的裁剪损失加组内"
          "均值基线、不用价值模型；所说的三种技术都不在其中", "Q4; 07"),
     Myth("epochs", "在同一批数据上训练超过五轮就会崩溃",
          "more than about five PPO epochs on one batch collapses", False,
          "a rule of thumb: measure the clip fraction and held-out accuracy against passes",
-         "经验法则而已：要测裁剪比例和验证集准确率随轮数的变化", "Q8; 05 §8"),
+         "只是经验法则：要实测裁剪比例和验证集准确率随轮数的变化", "Q8; 05 §8"),
     Myth("reference", "GRPO 的 KL 参考模型是 SFT 模型，PPO 的是初始模型",
          "GRPO's KL reference is the SFT model, PPO's the initial model", False,
          "both use the starting policy (usually the SFT "
@@ -971,8 +923,9 @@ GLOSSARY: tuple[Term, ...] = (
          (Q20_SECTION,)),
     Term("策略梯度", "policy gradient, REINFORCE", ("rlhf_lab.rl.PolicyGradient", "rlhf_lab.rl.Reinforce"),
          (S(NB05, "2. REINFORCE: push up the log-probability of what was rewarded"),)),
-    Term("演员-评论家", "actor-critic", ("rlhf_lab.rl.PPO", "PPOConfig.critic"), (Q20_SECTION,)),
-    Term("价值函数 / 评论家", "value function, critic",
+    Term("演员-评论家 / Actor-Critic", "actor-critic", ("rlhf_lab.rl.PPO", "PPOConfig.critic"),
+         (Q20_SECTION,)),
+    Term("价值函数 / 价值模型 / 评论家", "value function, critic",
          ("rlhf_lab.rl.losses.clipped_value_loss", "PPOConfig.critic"),
          (S(NB06, "1. The critic: a value for every prefix"),)),
     Term("贝尔曼方程", "Bellman equation", ("rlhf_lab.rl.advantages.gae",), (_drill(32),)),
@@ -1047,7 +1000,7 @@ GLOSSARY: tuple[Term, ...] = (
          (S(NB03, "Q18 — Beam search: why should beams share the KV cache?"),)),
     Term("旋转位置编码", "RoPE (rotary position embedding)", ("rlhf_lab.model.rope.apply_rope",),
          (S("02_rope.ipynb", "Q17 — Write RoPE, part 1: a rotation in two dimensions"),)),
-    Term("KV 缓存", "KV cache",
+    Term("KV cache / KV 缓存", "KV cache",
          ("rlhf_lab.model.kv_cache.StaticCache", "rlhf_lab.model.kv_cache.kv_cache_bytes"),
          (S(NB03, "1. What is cached, and why it is exact"), _drill(31))),
     Term("写时复制 / 引用计数", "copy-on-write, reference count",
@@ -1093,7 +1046,7 @@ def glossary_file() -> str:
         "notebook section where it runs.\n"
         f"The drill, [{DRILL_NOTEBOOK}]({DRILL_NOTEBOOK}), shows the same table and answers every interview\n"
         "question in English and in Chinese.\n\n"
-        "面试中常见的中文术语、它在本实验室中对应的函数、类或配置项，以及运行它的笔记本章节。\n\n"
+        "面试中常见的中文术语，它在本项目中对应的函数、类或配置项，以及演示它的笔记本章节。\n\n"
         f"{glossary_markdown()}\n\n"
         "Config fields are written `Class.field` (e.g. `PPOConfig.lam` is `make_config(\"ppo\", lam=0.9)`).\n"
         "This file is generated by `rlhf_lab.teach.drill.glossary_file()`; edit the glossary there.\n"

@@ -4,9 +4,8 @@ Every RL step allocates and frees the same tensors of a few hundred KiB: activat
 gradients, logits. By default glibc gives such memory back to the system: a block over
 M_MMAP_THRESHOLD (128 KiB at first) is a fresh mmap, unmapped when freed, and the top of the heap is
 trimmed whenever more than M_TRIM_THRESHOLD is free. Memory handed back comes back zeroed, one 4 KiB
-page fault at a time, so the next step pays for it again: an RMSNorm forward + backward at the
-update's shape (1,024 x 64) took ~70 page faults and about half its CPU time in them (bench/RESULTS.md,
-"RL step time"). Raising both thresholds keeps the freed memory in the process, where the next step
+page fault at a time, so the next step pays for it again (bench/RESULTS.md, "RL step time", measures
+it). Raising both thresholds keeps the freed memory in the process, where the next step
 reuses it. The price: up to TRIM_THRESHOLD_BYTES of freed memory stays with the process instead of
 returning to the system. Numbers are unchanged; only where memory comes from.
 

@@ -293,7 +293,7 @@ def plot_clip_surrogate(epsilon: float | None = None, epsilon_high: float | None
 
     Shaded: where the clip is active and the gradient with respect to r is zero.
     level="token" (PPO, GRPO: r is one token's pi/pi_old, eps ~ 0.2) or "sequence" (GSPO: r is the
-    length-normalised sequence ratio s_i, eps ~ 3e-4, so the x-axis zooms in ~500x).
+    length-normalised sequence ratio s_i, eps ~ 3e-4, so the x-axis zooms in ~667x).
     epsilon / epsilon_high default to that level's usual values; epsilon_high defaults to epsilon.
     The surrogate line of each axes has gid "surrogate".
     """
