@@ -97,10 +97,10 @@ def test_the_coverage_check_can_fail():
 
 def test_every_question_has_a_heading_and_a_code_cell_in_order(notebook):
     assert coverage_problems(notebook) == []
-    assert len(question_sections(notebook)) == len(drill.QUESTIONS) == 33
-    assert [q.number for q in drill.QUESTIONS] == list(range(1, 34))
+    assert len(question_sections(notebook)) == len(drill.QUESTIONS) == 37
+    assert [q.number for q in drill.QUESTIONS] == list(range(1, 38))
     parts = [cell.source.strip()[2:] for cell in notebook.cells
-             if cell.cell_type == "markdown" and re.match(r"#\s[A-D]\.", cell.source.strip())]
+             if cell.cell_type == "markdown" and re.match(r"#\s[A-E]\.", cell.source.strip())]
     assert parts == [drill.part_heading(p) for p in drill.PARTS]
 
 
@@ -206,7 +206,7 @@ def test_question_lookup_validates_and_mock_interview_has_a_static_fallback():
     with pytest.raises(ValueError, match="lang"):
         drill.question_markdown(3, lang="fr")
     with pytest.raises(ValueError, match="part"):
-        drill.part_heading("E")
+        drill.part_heading("F")
 
 
 # --- links resolve ---------------------------------------------------------------------------------

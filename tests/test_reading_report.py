@@ -3,6 +3,8 @@ deeper, what counts as a word, a box and a sentence, and the limits of --check."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
@@ -14,7 +16,11 @@ from tools.reading_report import (
     main,
     problems,
     prose,
+    readme_minutes,
+    readme_reading_times,
     report_notebook,
+    report_path,
+    rewrite_readme,
     sentences,
 )
 
@@ -136,3 +142,25 @@ def test_check_exits_1_on_each_limit_and_0_within_them(tmp_path, capsys):
     assert main(["--check", *suite]) == 1
     assert "suite: core paths 31,200 words > 30,000" in capsys.readouterr().out
     assert main(suite) == 0  # without --check: the report only
+
+
+# --- the committed notebooks and the README ----------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
+
+
+def test_readme_rewrite_sets_a_stale_reading_time():
+    report = notebook(words(1_000), name="01_x.ipynb")  # 5 minutes at 200 words a minute
+    table = ("| notebook | read | what |\n| --- | --- | --- |\n"
+             "| [`01_x`](notebooks/01_x.ipynb) | 9 min | x |\n")
+    assert readme_reading_times(table) == {"01_x": "9 min"}
+    assert readme_reading_times(rewrite_readme(table, [report])) == {"01_x": readme_minutes(report)} \
+        == {"01_x": "5 min"}
+
+
+def test_the_readme_shows_each_notebooks_reading_time():
+    """Fix a failure with `python -m tools.reading_report --readme README.md notebooks/*.ipynb`."""
+    shown = readme_reading_times((ROOT / "README.md").read_text(encoding="utf-8"))
+    expected = {path.stem: readme_minutes(report_path(path)) for path in NOTEBOOKS}
+    assert shown == expected

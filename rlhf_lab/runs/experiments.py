@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..util.atomic import FolderLock, write_text_atomic
-from ..train.callbacks import ProgressBar
 from ..rl import Trainer, make_config
+from ..train.callbacks import ProgressBar
 from ..train.run_state import Checkpointer, has_state, remaining, signals_deferred
+from ..util.atomic import FolderLock, write_text_atomic
 from ..util.validation import check_number
 
 

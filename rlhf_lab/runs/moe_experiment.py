@@ -30,10 +30,10 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from ..train.callbacks import NonFiniteLossError
-from ..train.evaluate import standard_error
 from ..rl import Trainer, make_config
 from ..rl.routing import completion_experts, routed_experts, routing_change
+from ..train.callbacks import NonFiniteLossError
+from ..train.evaluate import standard_error
 from ..util.validation import check_number
 
 # The three arms. GRPO keeps the GSPO paper's GRPO clip (0.2 / 0.27); GSPO its own (3e-4 / 4e-4); all
@@ -157,8 +157,8 @@ def mean_and_se(values) -> tuple[float, float]:
 
 
 def stability_table(result: MoEExperiment) -> pd.DataFrame:
-    """Per method: steps, final accuracy (mean over seeds +- its standard error), collapses,
-    ratio spikes, the largest token-ratio deviation and KL(pi_old || pi), clipped fractions, routing change."""
+    """Per method: steps, final accuracy (mean over seeds +- its standard error), collapses, ratio
+    spikes, the largest token-ratio deviation and KL(pi_old || pi), clipped fractions, routing change."""
     rows = []
     for method, runs in result.runs.groupby("method", sort=False):
         accuracy, accuracy_se = mean_and_se(runs["final_accuracy"])

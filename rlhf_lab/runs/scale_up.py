@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..text.hf_tokenizer import HFTokenizer, train_bpe_tokenizer
 from ..model import LlamaModel, ModelConfig, kv_cache_bytes
+from ..text.hf_tokenizer import HFTokenizer, train_bpe_tokenizer
 from ..util.validation import check_number
 
 MODEL_ENV = "RLHF_LAB_MODEL"
@@ -73,7 +73,8 @@ def known_config(name: str) -> ModelConfig:
 
 
 def _expert_parameters(config: ModelConfig) -> int:
-    """One SwiGLU expert's parameters: gate and up (I, C) each, down (C, I); no bias (transformers' experts)."""
+    """One SwiGLU expert's parameters: gate and up (I, C) each, down (C, I); no bias (as transformers'
+    experts)."""
     return 3 * config.hidden_size * config.expert_intermediate_size
 
 
@@ -129,15 +130,17 @@ class MemoryEstimate:
 
     @property
     def total(self) -> int:
-        return self.policy + self.reference + self.gradients + self.optimizer + self.activations + self.logits + self.kv_cache
+        return (self.policy + self.reference + self.gradients + self.optimizer + self.activations
+                + self.logits + self.kv_cache)
 
     def as_dict(self) -> dict:
         return {**self.__dict__, "total": self.total}
 
 
 def estimate_training_memory(config: ModelConfig, rollout_rows: int, prompt_len: int, completion_len: int,
-                             minibatch_rows: int | None = None, lora_r: int = 0, gradient_checkpointing: bool = False,
-                             offload_reference: bool = False, fused_attention: bool = True) -> MemoryEstimate:
+                             minibatch_rows: int | None = None, lora_r: int = 0,
+                             gradient_checkpointing: bool = False, offload_reference: bool = False,
+                             fused_attention: bool = True) -> MemoryEstimate:
     """Bytes held at the peak of one step, by formula (a lower bound: allocator slack, CUDA context
     and temporary buffers come on top).
 

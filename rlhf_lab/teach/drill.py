@@ -8,7 +8,8 @@ myth table's claims, and a Chinese-English glossary (notebook 13, notebooks/GLOS
 
 The answers are short on purpose: what a candidate can say in a minute, the textbook answer first.
 Each notebook section in `deep` holds the measurement behind it. Q1-Q26 follow the usual question
-list; Q27-Q33 are the follow-ups that interview write-ups report (part D).
+list; Q27-Q33 are the follow-ups that interview write-ups report (part D); Q34-Q37 are the
+system-design round (part E, measured in notebook 16).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class Question:
     sentence, then at most two more), and the notebook sections that go deep."""
 
     number: int
-    part: str  # A, B, C or D (PARTS)
+    part: str  # A to E (PARTS)
     title_zh: str
     title_en: str
     answer_en: str  # markdown, the textbook answer in short sentences
@@ -75,6 +76,7 @@ PARTS: dict[str, tuple[str, str]] = {
     "B": ("Pre-training, SFT and decoding", "预训练、SFT 与解码"),
     "C": ("The RLHF pipeline and classic RL", "RLHF 流程与经典强化学习"),
     "D": ("Follow-up questions from interview write-ups", "面经里的追问"),
+    "E": ("System design: distributed and asynchronous RLHF", "系统设计：分布式与异步 RLHF"),
 }
 
 
@@ -116,7 +118,15 @@ NB04 = "04_sft_and_data_format.ipynb"
 Q15_HEADING = ("Q15 — Chain-of-thought then answer, or answer then explanation: which generalises better, "
                "and why?")
 GSPO_MOE_SECTION = S(NB08, "6. Q14 — Why GSPO helps Mixture-of-Experts models (measured in notebook 15)")
-OFFLINE_DPO_SECTION = S(NB12, "7. Offline vs online DPO vs RLHF (reward model + GRPO), at equal CPU time")
+OFFLINE_DPO_SECTION = S(NB12, "5. DPO vs RLHF at equal CPU time")
+NB16 = "16_distributed_rlhf.ipynb"
+SPLIT_SECTION = S(NB16, "1. Why split generation from training? 为什么要把生成和训练拆开？")
+SYNC_SECTION = S(NB16, "2. Moving the weights: one bucket or tensor by tensor? 权重同步")
+STALENESS_SECTION = S(NB16, "3. Staleness: how old may a rollout be? 数据陈旧度（staleness）怎么控制？")
+MISMATCH_SECTION = S(NB16, "4. The rollout/trainer mismatch: same weights, other probabilities 训推不一致")
+ALLREDUCE_SECTION = S(NB16, "5. Data-parallel learners and Ring-AllReduce 梯度聚合与 Ring-AllReduce")
+FAULTS_SECTION = S(NB16, "6. Faults, checkpoints and resuming 容错、断点续训与回滚")
+SCALE_SECTION = S(NB16, "7. The design round at scale: a 7B PPO on 1,000 GPUs 系统设计：千卡 PPO 框架")
 
 QUESTIONS: tuple[Question, ...] = (
     Question(
@@ -140,8 +150,8 @@ QUESTIONS: tuple[Question, ...] = (
         "Landis and Koch's scale names its level. Random label noise caps what the reward model can learn.",
         "**报告 Kappa 系数，而不是原始一致率。** Kappa 扣除了偶然一致的部分，再用 Landis-Koch "
         "分级说明它落在哪一档。标签里的随机噪声决定了奖励模型能学到的上限。",
-        (S(NB10, "2. Annotator agreement (Interview Q1)"),
-         S(NB10, "4. The accuracy curve, and does it overfit? (Interview Q1)"), S(NB11))),
+        (S(NB10, "2. Q1 — How do you measure annotator agreement?"),
+         S(NB10, "4. Q1 — What does the accuracy curve look like, and did it overfit?"), S(NB11))),
     Question(
         2, "A", "什么时候用 SFT，什么时候用蒸馏，什么时候必须上强化学习？",
         "When is SFT enough, when distillation, when RL?",
@@ -181,8 +191,7 @@ QUESTIONS: tuple[Question, ...] = (
         "the KL, or stop early.",
         "**盯住奖励的均值和标准差、零方差组的比例、KL、裁剪比例、熵、回答长度，以及一个验证集指标。** "
         "奖励上升而验证集指标下降，就是奖励黑客。对策是修正奖励、加强 KL 约束，或者提前停止。",
-        (METRICS_SECTION, S(NB11, "7. Interview Q3 / Q19 — \"The reward went up but real quality went down. "
-                                  "Why, and what do you do?\""))),
+        (METRICS_SECTION, S(NB11, "2. Q3 — Why does the reward go up while quality goes down?"))),
     Question(
         4, "A", "写出 GRPO 的损失函数，并解释每一项", "Write the GRPO loss and explain every term",
         "$L = -\\frac{1}{G}\\sum_i \\frac{1}{|o_i|}\\sum_t \\min(r_{it} A_i,\\ \\mathrm{clip}(r_{it}, "
@@ -487,7 +496,7 @@ QUESTIONS: tuple[Question, ...] = (
         "动作是"
         "下一个 token，奖励通常只在回答结束时给一次。",
         (S(NB05, "1. Q19 — The RLHF pipeline, and state, action, reward for an LLM"),
-         S(NB10, "8. The three stages end to end (Interview Q19, Q24, Q3)"))),
+         S(NB10, "6. Q19 — The three stages, end to end"))),
     Question(
         20, "C", "REINFORCE → 基线 → 演员-评论家 → TRPO → PPO：每一步解决了什么问题？",
         "REINFORCE to PPO: what each step fixes",
@@ -568,7 +577,7 @@ QUESTIONS: tuple[Question, ...] = (
         "the policy will game, so test each for its cheapest exploit.",
         "**奖励 = 偏好分数 + 规则项 − 与参考模型的 KL。** 每一项都会被策略钻空子，"
         "要逐项找出最容易被利用的漏洞。",
-        (S(NB11, "8. Interview Q24 — designing an RLHF reward"), KL_SECTION)),
+        (S(NB11, "6. Q24 — Designing an RLHF reward"), KL_SECTION)),
     Question(
         25, "C", "PPO 与 DQN、SAC、A3C 有什么区别？为什么大模型不用 DQN？", "PPO vs DQN vs SAC vs A3C",
         "DQN learns $Q(s, a)$ and acts by argmax or $\\epsilon$-greedy. It trains off-policy, on "
@@ -788,6 +797,97 @@ QUESTIONS: tuple[Question, ...] = (
         "最后用自动"
         "求导核对。",
         (S(EXERCISES2),)),
+    Question(
+        34, "E", "同步 RLHF 和异步 RLHF 有什么区别？为什么要把生成（rollout）和训练拆开？",
+        "Synchronous or asynchronous RLHF: why split generation from training?",
+        "Synchronous RLHF alternates. It samples a batch with the current weights, then trains on it. "
+        "Generation is memory-bound decoding with a KV cache. Training is compute-bound forward and backward "
+        "passes. So they want different engines (vLLM or SGLang against FSDP or Megatron) and different "
+        "parallelism. Asynchronous RLHF runs the two at the same time, on separate workers. The speed-up is "
+        "at most $(t_{rollout} + t_{update}) / \\max(t_{rollout}, t_{update})$: at most 2x, and only when "
+        "both sides take equal time. The price is staleness: a rollout comes from weights a few versions "
+        "old.",
+        "同步 RLHF 是交替进行的：先用当前权重采样一批数据，再在这批数据上训练。生成是受显存带宽限制的解码，"
+        "要维护 KV cache；训练是受算力限制的前向和反向传播。所以两者适合不同的引擎（vLLM、SGLang 对 FSDP、"
+        "Megatron），并行方式也不同。异步 RLHF 让两者在不同的进程上同时运行。加速比的上限是 "
+        "$(t_{rollout} + t_{update}) / \\max(t_{rollout}, t_{update})$，最多 2 倍，而且只有两边耗时相等时"
+        "才能达到。代价是数据陈旧：rollout 来自落后几个版本的权重。",
+        "**Split them because generation and training want different engines, and overlap them to hide the "
+        "shorter one.** The speed-up is at most (t_rollout + t_update) / max of the two, so balance the "
+        "sides. The price is staleness, which must be bounded and corrected.",
+        "**生成和训练需要不同的引擎，所以要拆开；让两者重叠运行，就能把耗时短的一方藏起来。** 加速比的上限是 "
+        "(t_rollout + t_update) / max(t_rollout, t_update)，所以两边耗时要平衡。代价是数据陈旧，必须限制并"
+        "修正。",
+        (SPLIT_SECTION,)),
+    Question(
+        35, "E", "分布式 RLHF 如何保证数据一致性？权重同步、版本号与陈旧度",
+        "Distributed RLHF: how do you keep the data consistent? Weight sync, versions and staleness",
+        "Version everything. The learner broadcasts its weights to the rollout engines on a process group "
+        "of their own, as one flat bucket, and bumps a version number. Each rollout carries its tokens, the "
+        "behaviour policy's log-probs $\\mu$ and the version that sampled it. Staleness is the learner's "
+        "version minus the rollout's. Bound it twice: admission lets at most $K + 1$ rollouts run ahead of "
+        "the learner, and the queue drops anything staler than $K$. Then correct the loss. AReaL's "
+        "decoupled PPO clips against the proximal policy and reweights by $\\pi_{prox}/\\mu$. Data-parallel "
+        "learners all-reduce their gradients, with the loss normalised by the global token count.",
+        "核心是给一切打上版本号。训练端在专用的通信组上把权重广播给推理引擎，打包成一个扁平的缓冲区"
+        "（bucket），并把版本号加一。每条 rollout 都带着它的 token、行为策略的对数概率 $\\mu$，以及采样它的"
+        "权重版本。陈旧度等于训练端的当前版本减去 rollout 的版本。陈旧度要限制两次：准入规则最多允许 "
+        "$K + 1$ 条 rollout 领先于训练端，队列再丢弃陈旧度超过 $K$ 的数据。然后修正损失：AReaL 的解耦 PPO "
+        "相对近端策略 $\\pi_{prox}$ 做裁剪，再乘以权重 $\\pi_{prox}/\\mu$。数据并行的训练进程用 all-reduce "
+        "聚合梯度，损失按全局 token 数归一化。",
+        "**Every weight sync bumps a version, and every rollout carries the version and the log-probs that "
+        "sampled it.** Admission and the queue keep staleness at most K. The loss corrects what remains, "
+        "for example decoupled PPO's weight pi_prox / mu.",
+        "**每次权重同步都更新版本号，每条 rollout 都带着采样它的版本号和对数概率。** 准入规则和队列把陈旧度"
+        "限制在 K 以内。剩下的偏差由损失函数修正，例如解耦 PPO 乘上的权重 pi_prox / mu。",
+        (SYNC_SECTION, STALENESS_SECTION, ALLREDUCE_SECTION)),
+    Question(
+        36, "E", "训推不一致：推理引擎和训练引擎算出的概率为什么不一样？怎么修正？",
+        "The rollout/trainer mismatch: why do the engine's probabilities differ from the trainer's, and how "
+        "do you correct it?",
+        "The rollout engine is another policy, even with the same weights. It runs in bf16 or fp16, with "
+        "fused kernels and sometimes a quantized KV cache. The trainer runs in fp32 or with fp32 master "
+        "weights. So the sampled tokens' log-probs differ, and the update is silently off-policy. Measure "
+        "the gap per token first. Then correct with an importance weight $\\pi_{old}/\\mu$. Truncated "
+        "importance sampling caps it at $C$; masked importance sampling drops tokens whose weight leaves "
+        "$[1/C, C]$. fp16 rollouts keep more mantissa bits than bf16, so the gap shrinks.",
+        "即使权重相同，推理引擎也是另一个策略。它用 bf16 或 fp16 计算，用融合算子，有时还用量化的 KV cache；"
+        "训练端则用 fp32，或者保留 fp32 的主权重。于是采样 token 的对数概率对不上，更新在不知不觉中变成了"
+        "异策略。先逐 token 测量差距，再用重要性权重 $\\pi_{old}/\\mu$ 修正。截断重要性采样（TIS）把权重截断"
+        "在 $C$ 以内；掩码重要性采样（MIS）直接屏蔽权重落在 $[1/C, C]$ 之外的 token。"
+        "fp16 的尾数位比 bf16 多，"
+        "用它做 rollout，差距会小很多。",
+        "**The rollout engine is another policy, even with the same weights.** Precision, fused kernels and "
+        "quantized KV caches change the probabilities. Measure the gap, then truncate or mask the "
+        "importance weight pi_old / mu.",
+        "**即使权重相同，推理引擎也是另一个策略。** 精度、融合算子和量化的 KV cache 都会改变概率。"
+        "先测量差距，"
+        "再对重要性权重 pi_old / mu 做截断或掩码。",
+        (MISMATCH_SECTION,)),
+    Question(
+        37, "E", "设计一个支持千卡并行的 PPO 训练框架：模型怎么放、何时同步、怎么容错？",
+        "Design a PPO framework on 1,000 GPUs: where each model goes, what synchronises when, and how it "
+        "survives faults",
+        "Separate three kinds of work. The trained models (policy and critic) need about 16 bytes per "
+        "parameter for weights, gradients and Adam, so they are sharded with FSDP or ZeRO-3. The frozen "
+        "models (reference and reward model) need only bf16 weights and serve in batches. The rollout "
+        "engines hold a bf16 copy of the policy plus a KV cache. Gradients all-reduce inside every backward "
+        "pass. Weights go to the engines once per step, bucketed and versioned. A checkpoint holds weights, "
+        "optimiser and RNG states, the data position and the policy version. A dead worker is restarted "
+        "and its rollouts are sampled again.",
+        "把三类工作分开。要训练的模型（策略和价值模型）每个参数要约 16 字节，存权重、梯度和 Adam 状态，"
+        "所以用 FSDP 或 ZeRO-3 切分。冻结的模型（参考模型和奖励模型）只需要 bf16 权重，按批提供推理服务。"
+        "生成引擎持有一份 bf16 的策略权重和 KV cache。梯度在每次反向传播中做 all-reduce；权重每步同步一次"
+        "给生成引擎，分桶打包并带版本号。检查点要保存权重、优化器和随机数状态、数据位置和策略版本号。某个"
+        "进程挂了就重启它，它没完成的 rollout 重新采样。",
+        "**Separate the trained models, the frozen ones and generation, and synchronise only weights and "
+        "rollouts.** Shard policy and critic at about 16 bytes per parameter, serve reference and reward "
+        "model in bf16, and give each engine a bf16 copy plus a KV cache. Sync versioned weights each step "
+        "and checkpoint the versions.",
+        "**把要训练的模型、冻结的模型和生成引擎分开部署，彼此只同步权重和 rollout。** 策略和价值模型每个"
+        "参数约 16 字节，要切分；参考模型和奖励模型用 bf16 提供推理服务；每个生成引擎持有一份 bf16 权重和 "
+        "KV cache。每步同步带版本号的权重，检查点里记下版本号。",
+        (SCALE_SECTION, FAULTS_SECTION)),
 )
 
 
@@ -938,21 +1038,21 @@ GLOSSARY: tuple[Term, ...] = (
          (S(NB10, "1. Preference data: who prefers what?"), S(NB10, "3. The Bradley-Terry reward model"))),
     Term("标注一致性", "annotator agreement (Cohen's kappa)",
          ("rlhf_lab.preferences.cohen_kappa", "rlhf_lab.preferences.fleiss_kappa"),
-         (S(NB10, "2. Annotator agreement (Interview Q1)"), _drill(1))),
+         (S(NB10, "2. Q1 — How do you measure annotator agreement?"), _drill(1))),
     Term("过拟合", "overfitting (reward model)", ("rlhf_lab.preferences.RewardTrainer",
                                                  "rlhf_lab.preferences.pairwise_accuracy"),
-         (S(NB10, "4. The accuracy curve, and does it overfit? (Interview Q1)"),)),
+         (S(NB10, "4. Q1 — What does the accuracy curve look like, and did it overfit?"),)),
     Term("奖励黑客 / 奖励过优化", "reward hacking, reward over-optimisation",
          ("rlhf_lab.preferences.RewardTracker", "rlhf_lab.preferences.GoldEarlyStopping"),
-         (METRICS_SECTION, S(NB11, "3. RL against the proxy: GRPO and PPO"))),
+         (METRICS_SECTION, S(NB11, "2. Q3 — Why does the reward go up while quality goes down?"))),
     Term("过度优化", "over-optimisation (Goodhart's law)",
          ("rlhf_lab.preferences.best_of_n_curve", "rlhf_lab.preferences.fit_gao"),
-         (S(NB11, "2. Best-of-n: the simplest way to optimise a reward model"),)),
+         (S(NB11, "3. Best-of-n: the other way to optimise a reward model"),)),
     Term("拒绝采样 / Best-of-N", "rejection sampling, best-of-n", ("rlhf_lab.preferences.best_of_n",),
-         (S(NB11, "2. Best-of-n: the simplest way to optimise a reward model"),)),
+         (S(NB11, "3. Best-of-n: the other way to optimise a reward model"),)),
     Term("直接偏好优化", "DPO (direct preference optimisation)",
          ("rlhf_lab.preferences.dpo_loss", "rlhf_lab.preferences.DPOTrainer"),
-         (S(NB12, "2. What does DPO optimise?"),)),
+         (S(NB12, "1. What does DPO optimise?"),)),
     Term("离线强化学习", "offline RL", (
         "rlhf_lab.preferences.DPOTrainer",), (OFFLINE_DPO_SECTION, _drill(30))),
     Term("KL 散度惩罚", "KL penalty", ("rlhf_lab.rl.kl.kl_estimate", "PPOConfig.kl_coef", "GRPOConfig.beta"),
@@ -980,7 +1080,25 @@ GLOSSARY: tuple[Term, ...] = (
     Term("分布式训练", "distributed training (what it must fit: memory per model)",
          ("rlhf_lab.runs.scale_up.estimate_training_memory", "RLConfig.gradient_checkpointing",
           "RLConfig.offload_reference"),
-         (S("14_scale_up.ipynb", "2. Q: How much GPU memory does GRPO on Qwen3-0.6B need?"),)),
+         (S("14_scale_up.ipynb", "2. Q: How much GPU memory does GRPO on Qwen3-0.6B need?"), SCALE_SECTION)),
+    Term("异步 RLHF / 训推分离", "asynchronous RLHF, the rollout/learner split",
+         ("rlhf_lab.distributed.AsyncTrainer", "rlhf_lab.distributed.SplitConfig"),
+         (SPLIT_SECTION, _drill(34))),
+    Term("权重同步", "weight sync (broadcast, one bucket or tensor by tensor)",
+         ("rlhf_lab.distributed.weight_payload", "rlhf_lab.distributed.flatten"), (SYNC_SECTION,)),
+    Term("数据陈旧度 / 陈旧度", "staleness (policy-version lag)",
+         ("rlhf_lab.distributed.Admission", "rlhf_lab.distributed.RolloutQueue", "SplitConfig.max_staleness"),
+         (STALENESS_SECTION, _drill(35))),
+    Term("训推不一致", "rollout/trainer mismatch",
+         ("rlhf_lab.distributed.mismatch.mismatch_metrics", "SplitConfig.rollout_dtype"),
+         (MISMATCH_SECTION, _drill(36))),
+    Term("截断重要性采样 / 掩码重要性采样", "truncated / masked importance sampling (TIS, MIS)",
+         ("rlhf_lab.rl.off_policy.importance_weights", "RLConfig.off_policy"), (MISMATCH_SECTION,)),
+    Term("梯度聚合 / Ring-AllReduce", "gradient all-reduce, Ring-AllReduce",
+         ("rlhf_lab.distributed.ddp.run_data_parallel", "rlhf_lab.distributed.ddp.allreduce_seconds"),
+         (ALLREDUCE_SECTION,)),
+    Term("容错 / 回滚", "fault tolerance, rollback", ("rlhf_lab.train.run_state.Checkpointer",),
+         (FAULTS_SECTION, _drill(37))),
     Term("蒸馏", "distillation", (
         "rlhf_lab.sft.SFTTrainer",), (S(NB09, "5. Q2 — SFT, distillation or RL?"), )),
     Term("监督微调", "SFT (supervised fine-tuning)", ("rlhf_lab.sft.SFTTrainer",),
@@ -1025,7 +1143,7 @@ GLOSSARY: tuple[Term, ...] = (
 
 # The modules whose config classes the glossary names as "Class.field".
 CONFIG_MODULES = ("rlhf_lab.rl", "rlhf_lab.model", "rlhf_lab.sampling", "rlhf_lab.preferences",
-                  "rlhf_lab.sft")
+                  "rlhf_lab.sft", "rlhf_lab.distributed")
 
 
 def glossary_markdown(base: str = "") -> str:
