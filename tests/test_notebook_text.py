@@ -401,3 +401,23 @@ def test_printed_source_is_the_package_source(path):
              if block not in PACKAGE_SOURCE]
     assert not stale, (f"{path.name} prints code the package no longer has ({stale}): re-run the notebook "
                        "(python -m tools.notebook_runner) and check the prose around it")
+
+
+# --- interview boxes in both languages, and the reading limits ------------------------------------------
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_interview_box_has_its_chinese_twin_and_can_be_said(path):
+    """Each "What to say in an interview" box is followed by its "面试怎么答" box (tests/bilingual.py):
+    one bold sentence and at most two more, at most 60 English words."""
+    from bilingual import notebook_problems
+
+    assert notebook_problems(nbformat.read(path, as_version=4)) == []
+
+
+def test_the_committed_notebooks_keep_the_reading_limits():
+    """The course's limits (tools/reading_report.py): each core path within 2,500 words and the suite's
+    within 30,000 (the drill aside), sentences of at most 22 words on average, boxes within 60 words."""
+    from tools.reading_report import problems, report_path
+
+    assert problems([report_path(path) for path in NOTEBOOKS]) == []
