@@ -493,7 +493,7 @@ def test_clip_plot_matches_clipped_surrogate(level, epsilon, epsilon_high):
         ratios = torch.tensor(line.get_xdata(), dtype=torch.float32)
         loss, _, _ = clipped_surrogate(ratios[None], torch.full((1, len(ratios)), advantage), low, high)
         np.testing.assert_allclose(line.get_ydata(), -loss[0].numpy(), rtol=1e-6, atol=1e-7)
-        # the x-axis spans the clip window: 1 +- 3 eps (GSPO's is ~500x narrower than GRPO's)
+        # the x-axis spans the clip window: 1 +- 3 eps (GSPO's is about 667x narrower than GRPO's)
         assert ratios.max().item() == pytest.approx(1 + 3 * max(low, high), rel=1e-5)
     plt.close(fig)
     with pytest.raises(ValueError, match="level must be one of"):
