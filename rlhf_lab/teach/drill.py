@@ -374,11 +374,12 @@ QUESTIONS: tuple[Question, ...] = (
         "如果只是共享主干上的一个价值头，几乎不占资源；如果是和策略一样大的独立模型，就多出一整个模型，"
         "外加它的 "
         "Adam 状态。与其引用一个百分比，不如实际测一下。",
-        "**It depends on the critic: a value head on the shared trunk costs almost nothing, while a "
-        "separate critic adds a whole model and its Adam states.** Count the parameters, gradients and "
-        "optimiser states of every model held. The folklore's large saving fits only the separate critic.",
-        "**取决于价值模型的形式：共享主干上的价值头几乎不占资源，独立的价值模型则要多出整个模型和它的 Adam "
-        "状态。** 要把每个模型的参数、梯度和优化器状态都算上。面经里说的“大幅节省显存”只适用于独立价值模型。",
+        "**It depends on the critic: a value head on the shared trunk costs almost nothing, while "
+        "a separate critic adds a whole model and its Adam states.** Count the weights, gradients "
+        "and optimiser states of every model held.",
+        "**取决于价值模型的形式：共享主干上的价值头几乎不占资源，独立的价值模型则要多出整个模型和它"
+        "的 Adam 状态。"
+        "** 要把每个模型的参数、梯度和优化器状态都算上。",
         (S(NB06, "8. Q13 — What does dropping the critic save? Memory measured"), S("14_scale_up.ipynb"))),
     Question(
         14, "A", "GSPO（组序列策略优化）：为什么要用序列级重要性比率？",
@@ -432,12 +433,11 @@ QUESTIONS: tuple[Question, ...] = (
         "\\mid X_{<t})$ 不随 $t$ 增大。但这只是趋势，不是定律：一个 token 的概率取决于任务在这一步已经把它确"
         "定了多少。温度把 logits 除以 $T$：小于 $1$ 时分布更尖锐，大于 $1$ 时更平坦。核采样（top-p）"
         "保留累计概率达到 $p$ 的最小 token 集合。重复惩罚压低已出现 token 的 logit，并且区分 logit 的正负。",
-        "**Later tokens see more context, and on average more context means lower entropy, but it is a "
-        "tendency, not a law.** Where the task pins a token down, it is probable at any position. "
-        "Temperature rescales the logits, top-p cuts the tail, the repetition penalty lowers repeated "
-        "tokens.",
+        "**Later tokens see more context, and more context means lower entropy on average: a tendency, "
+        "not a law.** A token the task pins down is probable at any position. Temperature rescales "
+        "the logits, top-p cuts the tail.",
         "**越靠后的 token 看到的上下文越多，平均而言熵越低，但这只是趋势，不是定律。** 任务已经确定的 token，"
-        "在哪个位置概率都高。温度缩放 logits，核采样截掉长尾，重复惩罚压低已出现的 token。",
+        "在哪个位置概率都高。温度缩放 logits，核采样截掉长尾。",
         (S("01_sampling.ipynb", "Q16 — Why are later tokens of a sequence more confident?"),
          S("01_sampling.ipynb",
            "Q16, second half — temperature, top-p and the repetition penalty: the folklore checked"))),
@@ -645,13 +645,11 @@ QUESTIONS: tuple[Question, ...] = (
         "GRPO 对同一个提示词采样 $G$ 次，本身就是在重置。只有当智能体调用的工具有副作用时（比如线上网站、"
         "真实用户），"
         "重置才困难，这时需要沙箱或快照。",
-        "**RLHF is RL with trivial dynamics: the state is the text, the action is the next token, and a "
-        "reward model scores the end.** Resetting is easy, not impossible: every prompt is a fresh episode, "
-        "and GRPO restarts each prompt $G$ times. Only agents with side-effecting tools need sandboxes.",
-        "**RLHF 是状态转移极其简单的强化学习：状态是文本，动作是下一个 token，奖励模型在结尾打分。** "
-        "重置很容易，"
-        "而不是做不到：每个提示词都是新回合，GRPO 对每个提示词重来 $G$ 次。"
-        "只有工具有副作用的智能体才需要沙箱。",
+        "**RLHF is RL with trivial dynamics: the state is the text, the action is the next token, "
+        "and a reward model scores the end.** Resetting is easy: every prompt is a fresh episode. "
+        "Only agents with side-effecting tools need sandboxes.",
+        "**RLHF 是状态转移极其简单的强化学习：状态是文本，动作是下一个 token，奖励模型在结尾打分。"
+        "** 重置很容易：每个提示词都是新回合。只有工具有副作用的智能体才需要沙箱。",
         (S(NB05, "1. Q19 — The RLHF pipeline, and state, action, reward for an LLM"),)),
     Question(
         28, "D", "断点续训时，如何保证策略一致性？", "Resuming from a checkpoint: how do you keep the "
@@ -715,12 +713,11 @@ QUESTIONS: tuple[Question, ...] = (
         "学习（CQL）、隐式 Q 学习（IQL）。在大模型上，用固定的偏好数据做 DPO 就是离线的。"
         "在线强化学习从当前策略采样，策略犯的错会被打分、被纠正。在同一批旧数据上反复做策略梯度，"
         "本质上就是离线强化学习。",
-        "**Offline RL learns from a fixed dataset, so the policy drifts where the data cannot check it; "
-        "offline methods therefore stay close to the data.** Online RL scores the current policy's own "
-        "samples. DPO on a fixed preference set is offline; GRPO and PPO are online.",
-        "**离线强化学习只用固定数据，策略会漂到数据无法校验的地方，所以离线方法都要贴近数据。** "
-        "在线强化学习对当前"
-        "策略自己的样本打分。用固定偏好数据做 DPO 是离线的，GRPO 和 PPO 是在线的。",
+        "**Offline RL learns from a fixed dataset, so the policy drifts where the data cannot check "
+        "it.** Offline methods therefore stay close to the data. DPO on a fixed preference set is "
+        "offline; GRPO and PPO are online.",
+        "**离线强化学习只用固定数据，策略会漂到数据无法校验的地方。** 所以离线方法都要贴近数据。"
+        "用固定偏好数据做 DPO 是离线的，GRPO 和 PPO 是在线的。",
         (OFFLINE_DPO_SECTION, PASSES_SECTION)),
     Question(
         31, "D", "KV cache 的内存布局如何影响解码速度？", "KV-cache memory layout and decoding speed",
@@ -765,14 +762,12 @@ QUESTIONS: tuple[Question, ...] = (
         "后者方差更小，但会继承 $V_\\phi$ 自身的误差。PPO 的价值模型就是这个网络，GAE 的 $\\lambda$ "
         "在两种目标之间"
         "折中。",
-        "**The Bellman equation says a state's value is the expected reward plus the discounted value of the "
-        "next state.** For an LLM with one final reward, $V(\\text{prefix})$ is the chance of finishing "
-        "correctly. A critic approximates it from Monte Carlo or bootstrapped targets, and $\\lambda$ blends "
-        "the two.",
-        "**贝尔曼方程：状态的价值等于期望奖励加上下一状态的折扣价值。** 对只有最终奖励的大模型，"
-        "$V(\\text{前缀})$ 就是从该前缀出发答对的概率。价值模型用蒙特卡洛回报或自举目标来近似它，$\\lambda$ "
-        "在"
-        "两者之间折中。",
+        "**A state's value is the expected reward plus the discounted value of the next state: the "
+        "Bellman equation.** With one final reward, $V(\\text{prefix})$ is the chance of finishing "
+        "correctly. A critic learns it from Monte Carlo or bootstrapped targets.",
+        "**贝尔曼方程：状态的价值等于期望奖励加上下一状态的折扣价值。"
+        "** 只有最终奖励时，$V(\\text{前缀})$ 就是从该前缀出发答对的概率。"
+        "价值模型用蒙特卡洛回报或自举目标来学习它。",
         (S(NB06, "1. The critic: a value for every prefix"), GAE_SECTION)),
     Question(
         33, "D", "手推注意力的反向传播（梯度推导）", "Derive the gradient of attention by hand",
@@ -880,13 +875,13 @@ QUESTIONS: tuple[Question, ...] = (
         "生成引擎持有一份 bf16 的策略权重和 KV cache。梯度在每次反向传播中做 all-reduce；权重每步同步一次"
         "给生成引擎，分桶打包并带版本号。检查点要保存权重、优化器和随机数状态、数据位置和策略版本号。某个"
         "进程挂了就重启它，它没完成的 rollout 重新采样。",
-        "**Separate the trained models, the frozen ones and generation, and synchronise only weights and "
-        "rollouts.** Shard policy and critic at about 16 bytes per parameter, serve reference and reward "
-        "model in bf16, and give each engine a bf16 copy plus a KV cache. Sync versioned weights each step "
-        "and checkpoint the versions.",
-        "**把要训练的模型、冻结的模型和生成引擎分开部署，彼此只同步权重和 rollout。** 策略和价值模型每个"
-        "参数约 16 字节，要切分；参考模型和奖励模型用 bf16 提供推理服务；每个生成引擎持有一份 bf16 权重和 "
-        "KV cache。每步同步带版本号的权重，检查点里记下版本号。",
+        "**Separate the trained models, the frozen ones and generation, and synchronise only weights "
+        "and rollouts.** Shard policy and critic at about 16 bytes per parameter; serve reference "
+        "and reward model in bf16. Sync versioned weights each step and checkpoint the versions.",
+        "**把要训练的模型、冻结的模型和生成引擎分开部署，彼此只同步权重和 "
+        "rollout。** 策略和价值模型每个参数约 16 字节，"
+        "要切分；参考模型和奖励模型用 bf16 提供推理服务。"
+        "每步同步带版本号的权重，检查点里记下版本号。",
         (SCALE_SECTION, FAULTS_SECTION)),
 )
 
