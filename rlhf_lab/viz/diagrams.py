@@ -242,6 +242,31 @@ def _tint(color: str, amount: float) -> str:
 # one step of each algorithm
 
 
+# The step diagrams' columns (inches from the left): models, what each computes, the advantage, the loss.
+MODELS_X, OUT_X, MID_X, LOSS_X = 1.55, 4.75, 7.85, 10.6
+
+
+def _policy(d: Diagram, y: float, color: str) -> Box:
+    return d.box("policy", MODELS_X, y, 2.5, 0.85, "Policy $\\pi_\\theta$\n(the LLM)", "trained", color)
+
+
+def _reference(d: Diagram, y: float, what: str = "copy of the SFT model") -> Box:
+    return d.box("reference", MODELS_X, y, 2.5, 0.85, f"Reference $\\pi_{{ref}}$\n({what})", "frozen")
+
+
+def _prompts(d: Diagram, policy: Box) -> None:
+    """The step's input, above the policy that samples from it."""
+    d.text(MODELS_X, policy.y + 0.9, "prompts x", gid="label:prompts", fontweight="bold")
+    d.arrow((MODELS_X, policy.y + 0.75), policy.top, name="prompts->policy")
+
+
+def _gradient_to_policy(d: Diagram, loss: Box, policy: Box, color: str, label_at: tuple[float, float],
+                        label: str = "gradient", dx: float = 0.25, rad: float = 0.12) -> None:
+    """The thick arrow from a loss back to the policy it trains."""
+    d.arrow(loss.top, (policy.x + dx, policy.y + policy.h / 2), kind="gradient", color=color, rad=rad,
+            name=f"{loss.name}->policy", label=label, label_at=label_at)
+
+
 def ppo_step_diagram() -> Figure:
     """One PPO step for RLHF (Ouyang et al. 2022; TRL's PPOTrainer): four models, two of them trained.
 
@@ -251,17 +276,13 @@ def ppo_step_diagram() -> Figure:
     """
     color = ALGO_COLORS["ppo"]
     d = Diagram(6.9, "One PPO step: four models, two of them trained")
-    models_x, out_x, mid_x, loss_x = 1.55, 4.75, 7.85, 10.6
-    d.text(models_x, 6.1, "prompts x", gid="label:prompts", fontweight="bold")
-    policy = d.box("policy", models_x, 5.2, 2.5, 0.85, "Policy $\\pi_\\theta$\n(the LLM)", "trained", color)
-    reference = d.box(
-        "reference", models_x, 3.95, 2.5, 0.85, "Reference $\\pi_{ref}$\n(copy of the SFT model)", "frozen"
-    )
+    models_x, out_x, mid_x, loss_x = MODELS_X, OUT_X, MID_X, LOSS_X
+    policy, reference = _policy(d, 5.2, color), _reference(d, 3.95)
     reward = d.box(
         "reward model", models_x, 2.7, 2.5, 0.85, "Reward model $r_\\phi$\n(scores a whole answer)", "frozen"
     )
     critic = d.box("critic", models_x, 1.45, 2.5, 0.85, "Critic $V_\\psi$\n(value model)", "trained", color)
-    d.arrow((models_x, 5.95), policy.top, name="prompts->policy")
+    _prompts(d, policy)
 
     sample = d.box(
         "sample",
@@ -310,16 +331,7 @@ def ppo_step_diagram() -> Figure:
     )
     d.arrow(gae.right, policy_loss.bottom, rad=0.2, name="gae->policy loss", label="$A_t$")
     d.arrow(gae.right, value_loss.top, rad=-0.2, name="gae->value loss", label="$R_t$")
-    d.arrow(
-        policy_loss.top,
-        (policy.x + 0.25, policy.y + policy.h / 2),
-        kind="gradient",
-        color=color,
-        rad=0.12,
-        name="policy loss->policy",
-        label="gradient (several epochs of minibatches)",
-        label_at=(6.2, 6.2),
-    )
+    _gradient_to_policy(d, policy_loss, policy, color, (6.2, 6.2), "gradient (several epochs of minibatches)")
     d.arrow(
         value_loss.bottom,
         critic.bottom,
@@ -343,14 +355,10 @@ def grpo_step_diagram() -> Figure:
     """
     color = ALGO_COLORS["grpo"]
     d = Diagram(5.9, "One GRPO step: no critic, the group of G answers is the baseline")
-    models_x, out_x, mid_x, loss_x = 1.55, 4.75, 7.85, 10.6
-    d.text(models_x, 5.1, "prompts x", gid="label:prompts", fontweight="bold")
-    policy = d.box("policy", models_x, 4.2, 2.5, 0.85, "Policy $\\pi_\\theta$\n(the LLM)", "trained", color)
-    reference = d.box(
-        "reference", models_x, 2.95, 2.5, 0.85, "Reference $\\pi_{ref}$\n(copy of the SFT model)", "frozen"
-    )
+    models_x, out_x, mid_x, loss_x = MODELS_X, OUT_X, MID_X, LOSS_X
+    policy, reference = _policy(d, 4.2, color), _reference(d, 2.95)
     reward = d.box("reward", models_x, 1.7, 2.5, 0.85, "Reward: a rule\n(1 if right) or a model", "frozen")
-    d.arrow((models_x, 4.95), policy.top, name="prompts->policy")
+    _prompts(d, policy)
 
     sample = d.box(
         "sample",
@@ -390,16 +398,7 @@ def grpo_step_diagram() -> Figure:
     )
     d.arrow(group.right, loss.bottom, rad=0.25, name="group baseline->loss", label="$A_i$")
     d.arrow(ref_lp.right, loss.left, name="ref logprobs->loss", label="KL in the loss", label_at=(7.85, 2.7))
-    d.arrow(
-        loss.top,
-        (policy.x + 0.25, policy.y + policy.h / 2),
-        kind="gradient",
-        color=color,
-        rad=0.12,
-        name="loss->policy",
-        label="gradient",
-        label_at=(6.2, 5.2),
-    )
+    _gradient_to_policy(d, loss, policy, color, (6.2, 5.2))
     d.legend(color, y=0.2)
     return d.figure
 
@@ -413,14 +412,11 @@ def dpo_step_diagram() -> Figure:
     """
     color = ALGO_COLORS["dpo"]
     d = Diagram(5.0, "One DPO step: no sampling, no reward model, no critic")
-    models_x, out_x, mid_x, loss_x = 1.55, 4.75, 7.85, 10.6
+    models_x, out_x, mid_x, loss_x = MODELS_X, OUT_X, MID_X, LOSS_X
     pairs = d.box(
         "pairs", models_x, 3.95, 2.7, 0.75, "preference pairs $(x, y_w, y_l)$\nfrom a dataset", "data"
     )
-    policy = d.box("policy", models_x, 2.7, 2.5, 0.85, "Policy $\\pi_\\theta$\n(the LLM)", "trained", color)
-    reference = d.box(
-        "reference", models_x, 1.45, 2.5, 0.85, "Reference $\\pi_{ref}$\n(the SFT model)", "frozen"
-    )
+    policy, reference = _policy(d, 2.7, color), _reference(d, 1.45, "the SFT model")
     d.arrow(pairs.bottom, policy.top, name="pairs->policy")
     d.text(models_x + 1.45, 2.08, "both read each pair", size=MIN_FONT_SIZE, ha="left", gid="note")
     pol_lp = d.box(
@@ -450,16 +446,7 @@ def dpo_step_diagram() -> Figure:
     d.arrow(ref_lp.right, implicit.left, rad=0.15, name="ref logprobs->implicit rewards")
     loss = d.box("loss", loss_x, 2.1, 2.3, 0.9, "2. loss\n$-\\log \\sigma(\\mathrm{margin})$", "loss", color)
     d.arrow(implicit.right, loss.left, name="implicit rewards->loss")
-    d.arrow(
-        loss.top,
-        (policy.x + 1.0, policy.y + policy.h / 2),
-        kind="gradient",
-        color=color,
-        rad=0.15,
-        name="loss->policy",
-        label="gradient",
-        label_at=(6.3, 3.95),
-    )
+    _gradient_to_policy(d, loss, policy, color, (6.3, 3.95), dx=1.0, rad=0.15)
     d.legend(color, y=0.2)
     return d.figure
 
