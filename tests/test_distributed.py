@@ -96,10 +96,15 @@ def test_admission_keeps_at_most_k_plus_one_rollouts_ahead():
     granted = []
     for version in (0, 0, 0, 1, 1, 2):  # the learner's version each time a worker asks
         if admission.may_grant(version):
-            admission.granted += 1
+            admission.grant()
             granted.append(version)
     assert granted == [0, 0, 1, 2]  # two tickets at version 0, then one per new version
-    admission.dropped += 1  # a dropped rollout gives its ticket back
+    assert not admission.may_grant(2)
+    queue = RolloutQueue(max_staleness=1, capacity=4)
+    for version in granted:
+        queue.put(type("Message", (), {"version": version})())
+    assert admission.take(queue, 2).version == 1  # the two version-0 rollouts are 2 behind: dropped
+    assert (queue.dropped, admission.dropped) == (2, 2)  # and their tickets given back
     assert admission.may_grant(2)
 
 

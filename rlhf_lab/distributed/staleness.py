@@ -35,6 +35,18 @@ class Admission:
     def may_grant(self, version: int) -> bool:
         return self.granted - self.dropped <= version + self.max_staleness
 
+    def grant(self) -> None:
+        """A worker starts a rollout with the current weights."""
+        self.granted += 1
+
+    def take(self, queue: RolloutQueue, version: int):
+        """The queue's oldest message at most K versions old, or None. Each message the queue drops on
+        the way frees its ticket here, so a worker may start a fresh rollout in its place."""
+        dropped = queue.dropped
+        message = queue.pop(version)
+        self.dropped += queue.dropped - dropped
+        return message
+
     def restart(self, version: int, queued: int) -> None:
         """Tickets in flight were lost: count only what was trained on (version) and what is queued."""
         self.granted, self.dropped = version + queued, 0

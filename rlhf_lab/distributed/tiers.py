@@ -268,7 +268,7 @@ class ProcessTier:
                 for state in self.streams:
                     dist.broadcast(state.to(self.device), 0, group=self.groups[rank - 1])
             self.fresh.discard(rank)
-            self.admission.granted += 1
+            self.admission.grant()
 
     def publish(self, version: int, payload: list[torch.Tensor]) -> None:
         self.version, self.payload = version, [t.to(self.device) for t in payload]
@@ -305,9 +305,7 @@ class ProcessTier:
         waited_since = time.perf_counter()
         while True:
             self.exchange(version)
-            dropped = self.queue.dropped
-            message = self.queue.pop(version)
-            self.admission.dropped += self.queue.dropped - dropped
+            message = self.admission.take(self.queue, version)
             if message is not None:
                 self.exchange(version)  # a drop above may have freed a ticket
                 return message
