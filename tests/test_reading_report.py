@@ -82,13 +82,15 @@ def test_interview_boxes_are_measured_without_their_label():
         "> A quote that is no box.\n\n"
         "> **What to say (Q3).** 奖励模型会被利用。 The reward model gets gamed.",
         "> **What to say in an interview.** 奖励模型会被利用",
+        "> **What to say in an interview.** " + words(10) + "\n>\n> **面试怎么答：** 用 token 和 KV cache 说。",
         "## Going deeper\n\n> **What to say in an interview.** " + words(70),
     )
     assert [(box.cell, box.words, box.deeper) for box in report.boxes] == [
         (0, 12 + 8 + 2, False),
         (2, 5, False),  # bilingual: the English only
         (3, 4, False),  # Chinese alone: 8 characters / 2
-        (4, 70, True),
+        (4, 10, False),  # the Chinese twin in the same quote: its Latin terms are not counted
+        (5, 70, True),
     ]
     found = problems([report])
     assert len(found) == 1 and f"interview box of 70 words > {BOX_LIMIT}" in found[0]

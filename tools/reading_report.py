@@ -24,8 +24,9 @@ Interview boxes
     A box is a blockquote (consecutive ``>`` lines, and unquoted lines that continue its paragraph) whose
     first line starts with a bold label beginning "What to say" (``> **What to say in an interview.**``).
     Its length is the words after that label.
-    In a box that holds both English and Chinese only the English counts (the Chinese translates it);
-    a box in Chinese alone counts its characters / 2.
+    In a box that holds both English and Chinese only the English counts (the Chinese translates it):
+    the text before the Chinese twin's "面试怎么答" paragraph when both share one blockquote; a box in
+    Chinese alone counts its characters / 2.
 
 Sentences
     The mean sentence length is taken over the core path's paragraphs, list items and boxes; headings,
@@ -75,6 +76,7 @@ _DEEPER_HEADING = re.compile(r"going deeper|深入", re.I)
 _HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*)$")
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 _BOX_START = re.compile(r"^\s*>\s*\*\*\s*what to say", re.I)
+_ZH_BOX_LABEL = re.compile(r"^\s*\*\*\s*面试怎么答", re.M)
 _BOX_LABEL = re.compile(r"^\s*\*\*[^*]+\*\*[.:]?")
 _RUN_IN_LABEL = re.compile(r"^\s*(?:[-*+]\s+)?\*\*[^*\n]{1,60}?(?:[.:]\*\*|\*\*[.:])")
 _BOLD_LINE = re.compile(r"^\*\*[^*]+\*\*:?$")
@@ -104,7 +106,12 @@ def count_words(text: str) -> float:
 
 
 def box_words(text: str) -> float:
-    """A box's length: its English words, or its Chinese characters / 2 when it has no English."""
+    """A box's length: its English words, or its Chinese characters / 2 when it has no English. When the
+    Chinese twin shares the blockquote (a paragraph labelled "面试怎么答"), only the text before it counts:
+    the Latin terms inside the Chinese (token, KV cache) are not the English box's words."""
+    english_part = _ZH_BOX_LABEL.split(text, maxsplit=1)[0]
+    if _WORD.findall(_CJK.sub(" ", english_part)):
+        text = english_part
     english = len(_WORD.findall(_CJK.sub(" ", text)))
     return english if english else len(_CJK.findall(text)) / 2
 
