@@ -82,7 +82,8 @@ def test_interview_boxes_are_measured_without_their_label():
         "> A quote that is no box.\n\n"
         "> **What to say (Q3).** 奖励模型会被利用。 The reward model gets gamed.",
         "> **What to say in an interview.** 奖励模型会被利用",
-        "> **What to say in an interview.** " + words(10) + "\n>\n> **面试怎么答：** 用 token 和 KV cache 说。",
+        "> **What to say in an interview.** " + words(10)
+        + "\n>\n> **面试怎么答：** 用 token 和 KV cache 说。",
         "## Going deeper\n\n> **What to say in an interview.** " + words(70),
     )
     assert [(box.cell, box.words, box.deeper) for box in report.boxes] == [
